@@ -1,0 +1,35 @@
+"""Reading kernel text files (procfs, sysfs, debugfs) the way every file collector needs it.
+
+One place for the two behaviours all of them share: a file that vanished or cannot be read between
+listing and reading (a port going away, a permission-restricted counter) is skipped and noted rather
+than failing the whole collection, and the note names the file so the agent's log says what to fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collectors.base import CollectorError, CollectorUnavailable
+
+
+def read_optional(path: Path, skipped: list[str]) -> str | None:
+    """The file's text, or None when it cannot be read. A file that does not exist is simply absent
+    (this device has no such counter); any other failure is noted in `skipped`."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        skipped.append(f"{path}: {e.strerror or e}")
+        return None
+
+
+def read_required(path: Path, what: str) -> str:
+    """The text of the one file a collector is built on: absent → CollectorUnavailable (the node has
+    no such source), present but unreadable → CollectorError naming the file."""
+    try:
+        return path.read_text()
+    except FileNotFoundError as e:
+        raise CollectorUnavailable(f"{path} does not exist: this node has no {what}") from e
+    except OSError as e:
+        raise CollectorError(f"cannot read {path}: {e.strerror or e} (check the agent's permissions)") from e
