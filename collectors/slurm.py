@@ -57,7 +57,8 @@ NOT_SETTLED_FLAGS = frozenset({"COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNAL
 """Flags under which the state is in transition: ended jobs still cleaning up, nodes still booting."""
 NEVER_STARTED = frozenset({"BOOT_FAIL", "LAUNCH_FAILED"})
 
-_GPU_DETAIL = re.compile(r"(?:^|,)gpu(?::[^:(),]*)?:\d+\(IDX:([^)]*)\)")
+_GPU_DETAIL = re.compile(r"(?:^|,)gpu(?::\(null\)|:[^:(),]*)?:\d+\(IDX:([^)]*)\)")
+"""One GPU entry of gres_detail: gpu[:type]:count(IDX:ranges); type may print as "(null)"."""
 
 
 class SubprocessRunner:
