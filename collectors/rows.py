@@ -9,6 +9,7 @@ the same function.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Mapping
 
@@ -50,3 +51,18 @@ def check_row(kind: str, row: Mapping[str, Any]) -> str | None:
             if f.max is not None and v > f.max:
                 return f"field {f.name!r} is {v}, above its maximum {f.max}"
     return None
+
+
+def decode_row(kind: str, data: bytes, defaults: Mapping[str, Any] | None = None) -> tuple[dict, str | None]:
+    """A JSON object from outside (a datagram, a file line) -> (row, None), or ({}, why it is rejected).
+    `defaults` fill fields the sender left out."""
+    try:
+        row = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        return {}, f"not JSON: {e}"
+    if not isinstance(row, dict):
+        return {}, f"expected a JSON object, got {type(row).__name__}"
+    for k, v in (defaults or {}).items():
+        row.setdefault(k, v)
+    reason = check_row(kind, row)
+    return (row, None) if reason is None else ({}, reason)
