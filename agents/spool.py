@@ -1,0 +1,378 @@
+"""The agent's bounded on-disk queue for batches Kafka did not take (unreachable, slow, refusing).
+
+Layout (format version 1, documented in docs/kafka.md): a directory of append-only segment files
+`<20-digit id>.seg`, ids growing; each starts with the 8-byte header b"GPSPL" + version (u8) + 2 zero
+bytes, then records:
+
+    u32 length | u32 crc32 | body            (little-endian; length = len(body))
+    body = u16 topic_len | topic (UTF-8) | i32 key_len (-1: no key) | key | value
+
+The CRC covers the length field and the body, so a torn write (the process killed mid-record, the
+machine losing power) shows up either as a record running past the end of the file or as a CRC
+mismatch. On open the spool truncates the segment there, counts it in `stats.torn` and carries on:
+everything before the torn record is kept, nothing after it existed.
+
+Delivery is at-least-once: `replay()` yields what is not yet acknowledged, oldest first; the caller
+sends it and calls `ack(entry)`, which acknowledges that entry and everything before it. Fully
+acknowledged segments are deleted; the position inside a partly acknowledged one is kept in `ack`
+(written atomically), so a restart replays only from there. A crash between send and ack replays a
+batch twice, which the loader's duplicate detection (envelope `seq`) makes harmless.
+
+Bounded: when an append would take the directory past `max_bytes`, the oldest segments are deleted
+(newest data is the most useful to a goodput dashboard catching up after an outage) and their unsent
+batches are counted in `stats.dropped`. Durability is a policy: fsync after every record (`"always"`),
+after every N records (an int), or never (the OS writes back; a power loss may cost the last seconds,
+a process kill costs nothing).
+
+Not safe across processes (one agent owns one directory); safe across threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import Iterator
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MAGIC = b"GPSPL"
+HEADER = MAGIC + bytes([FORMAT_VERSION, 0, 0])
+_PREFIX = struct.Struct("<II")  # length, crc32
+_SUFFIX = ".seg"
+_ACK_FILE = "ack"
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolEntry:
+    """One spooled batch. `segment`/`end` locate it; pass the entry back to `Spool.ack`."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    segment: int
+    index: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolStats:
+    bytes: int
+    """Bytes the segment files take on disk (what `max_bytes` bounds)."""
+    batches: int
+    """Batches stored and not yet acknowledged."""
+    dropped: int
+    """Unacknowledged batches deleted because the spool was full (since this Spool was opened)."""
+    torn: int
+    """Torn or corrupt records found and truncated (since this Spool was opened)."""
+    segments: int
+
+
+class _Segment:
+    """What the spool knows about one file: record end offsets and how many are acknowledged."""
+
+    __slots__ = ("id", "path", "ends", "acked", "size")
+
+    def __init__(self, seg_id: int, path: pathlib.Path):
+        self.id = seg_id
+        self.path = path
+        self.ends: list[int] = []
+        self.acked = 0
+        self.size = len(HEADER)
+
+    @property
+    def live(self) -> int:
+        return len(self.ends) - self.acked
+
+    def start_of(self, index: int) -> int:
+        return self.ends[index - 1] if index else len(HEADER)
+
+
+def encode_record(topic: str, key: bytes | None, value: bytes) -> bytes:
+    t = topic.encode()
+    if len(t) > 0xFFFF:
+        raise ValueError(f"topic name too long for the spool ({len(t)} bytes)")
+    body = b"".join([
+        struct.pack("<H", len(t)), t,
+        struct.pack("<i", -1 if key is None else len(key)), key or b"",
+        value,
+    ])
+    length = struct.pack("<I", len(body))
+    return length + struct.pack("<I", zlib.crc32(body, zlib.crc32(length))) + body
+
+
+def decode_body(body: bytes) -> tuple[str, bytes | None, bytes]:
+    (tlen,) = struct.unpack_from("<H", body, 0)
+    topic = body[2:2 + tlen].decode()
+    (klen,) = struct.unpack_from("<i", body, 2 + tlen)
+    pos = 6 + tlen
+    if klen < 0:
+        return topic, None, body[pos:]
+    return topic, body[pos:pos + klen], body[pos + klen:]
+
+
+def _scan(data: bytes) -> tuple[list[int], bool]:
+    """Record end offsets of a segment's bytes, and whether it ends in a torn or corrupt record."""
+    ends: list[int] = []
+    pos = len(HEADER)
+    n = len(data)
+    while pos < n:
+        if n - pos < _PREFIX.size:
+            return ends, True
+        length, crc = _PREFIX.unpack_from(data, pos)
+        end = pos + _PREFIX.size + length
+        if end > n or length < 6:
+            return ends, True
+        if zlib.crc32(data[pos + _PREFIX.size:end], zlib.crc32(data[pos:pos + 4])) != crc:
+            return ends, True
+        ends.append(end)
+        pos = end
+    return ends, False
+
+
+class Spool:
+    """A bounded, crash-safe FIFO of (topic, key, value) batches in `directory`."""
+
+    def __init__(self, directory: str | os.PathLike, *, max_bytes: int = 256 * 1024 * 1024,
+                 segment_bytes: int | None = None, fsync: str | int = 100):
+        if fsync not in ("always", "never") and not (isinstance(fsync, int) and fsync >= 1):
+            raise ValueError(f"spool fsync={fsync!r}: 'always', 'never' or a record count >= 1")
+        self.dir = pathlib.Path(directory)
+        self.max_bytes = int(max_bytes)
+        self.segment_bytes = int(segment_bytes or max(64 * 1024, min(self.max_bytes // 8, 64 * 1024 * 1024)))
+        if self.segment_bytes > self.max_bytes:
+            raise ValueError(f"spool segment_bytes={self.segment_bytes} exceeds max_bytes={self.max_bytes}")
+        self.fsync = fsync
+        self._lock = threading.RLock()
+        self._segments: list[_Segment] = []
+        self._fd: int | None = None
+        self._unsynced = 0
+        self._dropped = 0
+        self._torn = 0
+        self._next_id = 1
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._recover()
+
+    # ---------------------------------------------------------------- opening
+
+    def _recover(self) -> None:
+        # Ids only grow, even past deleted and set-aside segments: the ack file names a segment id,
+        # and a new segment reusing an old id would count as already acknowledged.
+        ids = [int(p.name[:20]) for p in self.dir.iterdir() if p.name[:20].isdigit()]
+        self._next_id = max(ids, default=0) + 1
+        paths = sorted(p for p in self.dir.glob("*" + _SUFFIX) if p.stem.isdigit())
+        for path in paths:
+            data = path.read_bytes()
+            if len(data) < len(HEADER) or data[:len(MAGIC)] != MAGIC:
+                # A file whose header never got written completely: created, then killed.
+                log.warning("spool: removing %s: no complete segment header (%d bytes)", path, len(data))
+                self._torn += 1 if data else 0
+                path.unlink()
+                continue
+            if data[len(MAGIC)] != FORMAT_VERSION:
+                aside = path.with_name(path.name + f".v{data[len(MAGIC)]}.unreadable")
+                log.warning("spool: %s has format version %d, this agent reads %d; moved aside to %s",
+                            path, data[len(MAGIC)], FORMAT_VERSION, aside)
+                path.rename(aside)
+                continue
+            seg = _Segment(int(path.stem), path)
+            seg.ends, torn = _scan(data)
+            seg.size = seg.ends[-1] if seg.ends else len(HEADER)
+            if torn:
+                log.warning("spool: %s: torn or corrupt record at byte %d of %d; truncated there",
+                            path, seg.size, len(data))
+                self._torn += 1
+                with path.open("r+b") as f:
+                    f.truncate(seg.size)
+                    os.fsync(f.fileno())
+            self._segments.append(seg)
+        self._load_ack()
+        self._delete_finished()
+
+    def _load_ack(self) -> None:
+        path = self.dir / _ACK_FILE
+        try:
+            ack = json.loads(path.read_text())
+            seg_id, end = int(ack["segment"]), int(ack["end"])
+        except FileNotFoundError:
+            return
+        except (ValueError, KeyError, TypeError):
+            log.warning("spool: unreadable %s; replaying from the oldest segment (duplicates are harmless)", path)
+            return
+        self._next_id = max(self._next_id, seg_id + 1)
+        for seg in self._segments:
+            if seg.id < seg_id:
+                seg.acked = len(seg.ends)
+            elif seg.id == seg_id:
+                seg.acked = sum(1 for e in seg.ends if e <= end)
+
+    # ---------------------------------------------------------------- writing
+
+    def append(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Stores one batch, deleting the oldest segments first if it would not fit in `max_bytes`."""
+        rec = encode_record(topic, key, value)
+        if len(HEADER) + len(rec) > self.max_bytes:
+            raise ValueError(f"batch of {len(rec)} bytes is larger than the whole spool (max_bytes={self.max_bytes})")
+        with self._lock:
+            seg = self._active()
+            if seg.size + len(rec) > self.segment_bytes and seg.ends:
+                seg = self._rotate()
+            while self._bytes() + len(rec) > self.max_bytes:
+                if self._segments[0] is seg:
+                    seg = self._rotate()
+                self._drop_oldest()
+            self._write(seg, rec)
+
+    def _active(self) -> _Segment:
+        if self._segments and self._fd is not None:
+            return self._segments[-1]
+        if self._segments and self._segments[-1].size < self.segment_bytes:
+            seg = self._segments[-1]
+            self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+            return seg
+        return self._rotate()
+
+    def _rotate(self) -> _Segment:
+        """Closes the active segment and starts a new one."""
+        self._close_fd()
+        seg_id, self._next_id = self._next_id, self._next_id + 1
+        seg = _Segment(seg_id, self.dir / f"{seg_id:020d}{_SUFFIX}")
+        self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        _write_all(self._fd, HEADER)
+        if self.fsync != "never":
+            os.fsync(self._fd)
+            self._fsync_dir()
+        self._segments.append(seg)
+        return seg
+
+    def _write(self, seg: _Segment, rec: bytes) -> None:
+        _write_all(self._fd, rec)
+        seg.size += len(rec)
+        seg.ends.append(seg.size)
+        self._unsynced += 1
+        if self.fsync == "always" or (isinstance(self.fsync, int) and self._unsynced >= self.fsync):
+            os.fsync(self._fd)
+            self._unsynced = 0
+
+    def _drop_oldest(self) -> None:
+        seg = self._segments.pop(0)
+        if seg.live:
+            self._dropped += seg.live
+            log.warning("spool full (max_bytes=%d): dropped %d unsent batches of segment %s",
+                        self.max_bytes, seg.live, seg.path.name)
+        seg.path.unlink(missing_ok=True)
+
+    def sync(self) -> None:
+        """Forces what was appended to disk now, whatever the fsync policy."""
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+                self._unsynced = 0
+
+    # ---------------------------------------------------------------- reading
+
+    def replay(self) -> Iterator[SpoolEntry]:
+        """Unacknowledged batches, oldest first, as stored when the call began. A segment dropped for
+        space while the iteration runs is skipped; a record found corrupt on disk ends its segment."""
+        with self._lock:
+            plan = [(seg, seg.acked, len(seg.ends)) for seg in self._segments if seg.live]
+        for seg, first, stop in plan:
+            try:
+                f = seg.path.open("rb")
+            except FileNotFoundError:
+                continue
+            with f:
+                f.seek(seg.start_of(first))
+                for index in range(first, stop):
+                    start, end = seg.start_of(index), seg.ends[index]
+                    data = f.read(end - start)
+                    length, crc = _PREFIX.unpack_from(data, 0) if len(data) >= 8 else (0, 0)
+                    if len(data) != end - start or zlib.crc32(data[8:], zlib.crc32(data[:4])) != crc:
+                        log.warning("spool: %s changed on disk at byte %d; skipping the rest of it", seg.path, start)
+                        with self._lock:
+                            self._torn += 1
+                        break
+                    topic, key, value = decode_body(data[8:])
+                    yield SpoolEntry(topic, key, value, seg.id, index, end)
+
+    def ack(self, entry: SpoolEntry) -> None:
+        """Acknowledges `entry` and every batch before it: they were delivered and are forgotten."""
+        with self._lock:
+            for seg in self._segments:
+                if seg.id < entry.segment:
+                    seg.acked = len(seg.ends)
+                elif seg.id == entry.segment:
+                    seg.acked = max(seg.acked, min(entry.index + 1, len(seg.ends)))
+            self._delete_finished()
+            self._write_ack(entry.segment, entry.end)
+
+    def _delete_finished(self) -> None:
+        """Deletes leading segments that are fully acknowledged, except the one being written."""
+        while self._segments and self._segments[0].live == 0:
+            seg = self._segments[0]
+            if seg is self._segments[-1] and self._fd is not None:
+                break
+            self._segments.pop(0)
+            seg.path.unlink(missing_ok=True)
+
+    def _write_ack(self, seg_id: int, end: int) -> None:
+        tmp = self.dir / (_ACK_FILE + ".tmp")
+        with tmp.open("w") as f:
+            json.dump({"version": FORMAT_VERSION, "segment": seg_id, "end": end}, f)
+            if self.fsync != "never":
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, self.dir / _ACK_FILE)
+
+    # ---------------------------------------------------------------- state
+
+    def _bytes(self) -> int:
+        return sum(seg.size for seg in self._segments)
+
+    @property
+    def stats(self) -> SpoolStats:
+        with self._lock:
+            return SpoolStats(
+                bytes=self._bytes(), batches=sum(s.live for s in self._segments),
+                dropped=self._dropped, torn=self._torn, segments=len(self._segments),
+            )
+
+    def __len__(self) -> int:
+        return self.stats.batches
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            if self.fsync != "never" and self._unsynced:
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+            self._unsynced = 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_fd()
+
+    def __enter__(self) -> "Spool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -1,0 +1,235 @@
+"""agents.spool: order, acknowledgement, bounds, fsync policy, and recovery from torn writes."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from agents import spool as spool_mod
+from agents.spool import HEADER, Spool, encode_record
+
+
+def _records(n: int, size: int = 100) -> list[tuple[str, bytes | None, bytes]]:
+    return [(f"goodput.{'gpu' if i % 2 else 'nic'}", f"node-{i % 3}".encode(), (b"%06d" % i) * (size // 6))
+            for i in range(n)]
+
+
+def _replayed(sp: Spool) -> list[tuple[str, bytes | None, bytes]]:
+    return [(e.topic, e.key, e.value) for e in sp.replay()]
+
+
+def test_replay_yields_everything_in_order_including_odd_records(tmp_path):
+    recs = _records(50) + [("goodput.job", None, b""), ("goodput.step", b"", b"x" * 70_000)]
+    with Spool(tmp_path, segment_bytes=64 * 1024, max_bytes=1 << 20) as sp:
+        for r in recs:
+            sp.append(*r)
+        assert _replayed(sp) == recs
+        st = sp.stats
+        assert st.batches == len(recs) and st.dropped == 0 and st.torn == 0
+        assert st.segments >= 2, "64 KiB segments must have rotated"
+        assert st.bytes == sum(p.stat().st_size for p in tmp_path.glob("*.seg"))
+    with Spool(tmp_path, segment_bytes=64 * 1024, max_bytes=1 << 20) as again:
+        assert _replayed(again) == recs
+
+
+def test_ack_removes_what_was_delivered_and_survives_restart(tmp_path):
+    recs = _records(30)
+    sp = Spool(tmp_path, segment_bytes=64 * 1024)
+    for r in recs:
+        sp.append(*r)
+    entries = list(sp.replay())
+    sp.ack(entries[11])
+    assert _replayed(sp) == recs[12:]
+    assert sp.stats.batches == 18
+    sp.close()
+    with Spool(tmp_path, segment_bytes=64 * 1024) as sp2:
+        assert _replayed(sp2) == recs[12:]
+        sp2.ack(list(sp2.replay())[-1])
+        assert sp2.stats.batches == 0 and _replayed(sp2) == []
+
+
+def test_fully_acked_segments_are_deleted_and_new_ones_never_reuse_an_acked_id(tmp_path):
+    sp = Spool(tmp_path, segment_bytes=64 * 1024)
+    for r in _records(2000):
+        sp.append(*r)
+    assert sp.stats.segments > 3
+    sp.ack(list(sp.replay())[-1])
+    assert sp.stats.segments == 1, "only the segment being written may stay"
+    sp.close()
+    with Spool(tmp_path, segment_bytes=64 * 1024) as sp2:  # reopened: nothing live, the last file goes too
+        assert sp2.stats.segments == 0 and sp2.stats.batches == 0
+        sp2.append("goodput.gpu", b"n", b"after")
+    with Spool(tmp_path, segment_bytes=64 * 1024) as sp3:
+        assert _replayed(sp3) == [("goodput.gpu", b"n", b"after")]
+
+
+def test_full_spool_drops_oldest_segments_and_counts_their_batches(tmp_path):
+    max_bytes, seg_bytes = 256 * 1024, 64 * 1024
+    recs = _records(3000, size=300)
+    sp = Spool(tmp_path, max_bytes=max_bytes, segment_bytes=seg_bytes)
+    for r in recs:
+        sp.append(*r)
+        assert sp.stats.bytes <= max_bytes
+    st = sp.stats
+    assert st.dropped > 0 and st.dropped + st.batches == len(recs)
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.seg")) <= max_bytes
+    assert _replayed(sp) == recs[st.dropped:], "what is left is the newest, contiguous, in order"
+    sp.close()
+
+
+def test_drop_accounts_only_unacknowledged_batches(tmp_path):
+    sp = Spool(tmp_path, max_bytes=256 * 1024, segment_bytes=64 * 1024)
+    recs = _records(600, size=300)
+    for r in recs[:300]:
+        sp.append(*r)
+    sp.ack(list(sp.replay())[99])  # 100 delivered
+    for r in recs[300:]:
+        sp.append(*r)
+    st = sp.stats
+    left = _replayed(sp)
+    assert left == recs[len(recs) - st.batches:]
+    assert st.dropped == len(recs) - 100 - st.batches
+    sp.close()
+
+
+def test_batch_larger_than_the_spool_is_refused(tmp_path):
+    with Spool(tmp_path, max_bytes=64 * 1024) as sp:
+        with pytest.raises(ValueError, match="larger than the whole spool"):
+            sp.append("goodput.gpu", b"n", b"x" * 70_000)
+
+
+def _write_reference(directory, n: int = 40):
+    recs = _records(n, size=60)
+    with Spool(directory, segment_bytes=1 << 20, fsync="never") as sp:
+        for r in recs:
+            sp.append(*r)
+    (seg,) = directory.glob("*.seg")
+    ends, pos = [], len(HEADER)
+    for r in recs:
+        pos += len(encode_record(*r))
+        ends.append(pos)
+    return recs, seg, ends
+
+
+def test_truncation_at_any_byte_keeps_the_complete_prefix(tmp_path):
+    """A kill mid-write leaves the last segment cut anywhere: every complete record before the cut
+    survives, the torn one is dropped and counted, and the spool keeps working."""
+    ref = tmp_path / "ref"
+    recs, seg, ends = _write_reference(ref)
+    size = seg.stat().st_size
+    rng = random.Random(20261202)
+    cuts = sorted({len(HEADER), size - 1, ends[0], ends[0] + 3, *rng.sample(range(len(HEADER), size), 60)})
+    for cut in cuts:
+        work = tmp_path / f"cut{cut}"
+        shutil.copytree(ref, work)
+        with open(work / seg.name, "r+b") as f:
+            f.truncate(cut)
+        with Spool(work, segment_bytes=1 << 20) as sp:
+            kept = sum(1 for e in ends if e <= cut)
+            assert _replayed(sp) == recs[:kept], f"cut at byte {cut}"
+            assert sp.stats.torn == (0 if cut in ends or cut == len(HEADER) else 1)
+            if kept:  # truncated right after the last complete record (an empty segment is removed)
+                assert (work / seg.name).stat().st_size == ends[kept - 1]
+            sp.append("goodput.gpu", b"n", b"after the cut")
+        with Spool(work, segment_bytes=1 << 20) as sp:
+            assert _replayed(sp) == recs[:kept] + [("goodput.gpu", b"n", b"after the cut")]
+            assert sp.stats.torn == 0
+
+
+def test_corrupt_byte_is_caught_by_the_crc(tmp_path):
+    recs, seg, ends = _write_reference(tmp_path)
+    data = bytearray(seg.read_bytes())
+    data[ends[29] + 20] ^= 0x40  # inside record 30's body
+    seg.write_bytes(bytes(data))
+    with Spool(tmp_path) as sp:
+        assert _replayed(sp) == recs[:30]
+        assert sp.stats.torn == 1
+
+
+def test_segment_with_a_torn_header_is_removed(tmp_path):
+    recs, seg, _ = _write_reference(tmp_path, n=5)
+    (tmp_path / f"{int(seg.stem) + 1:020d}.seg").write_bytes(HEADER[:3])
+    with Spool(tmp_path) as sp:
+        assert _replayed(sp) == recs and sp.stats.torn == 1
+        sp.append("goodput.gpu", b"n", b"next")
+    with Spool(tmp_path) as sp:
+        assert _replayed(sp) == recs + [("goodput.gpu", b"n", b"next")]
+
+
+def test_segment_of_a_newer_format_is_set_aside_not_deleted(tmp_path):
+    recs, seg, _ = _write_reference(tmp_path, n=3)
+    data = bytearray(seg.read_bytes())
+    data[len(spool_mod.MAGIC)] = spool_mod.FORMAT_VERSION + 1
+    seg.write_bytes(bytes(data))
+    with Spool(tmp_path) as sp:
+        assert _replayed(sp) == []
+        sp.append("goodput.gpu", b"n", b"new")
+    assert list(tmp_path.glob("*.unreadable"))
+    with Spool(tmp_path) as sp:
+        assert _replayed(sp) == [("goodput.gpu", b"n", b"new")]
+
+
+def test_unreadable_ack_file_replays_from_the_start(tmp_path):
+    recs, _, _ = _write_reference(tmp_path, n=5)
+    with Spool(tmp_path) as sp:
+        sp.ack(list(sp.replay())[1])
+    (tmp_path / "ack").write_text("{not json")
+    with Spool(tmp_path) as sp:
+        assert _replayed(sp) == recs, "at-least-once: when in doubt, send again"
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from agents.spool import Spool
+    sp = Spool(sys.argv[1], segment_bytes=256 * 1024, max_bytes=64 << 20, fsync="never")
+    i = 0
+    while True:
+        sp.append("goodput.gpu", b"node", b"%08d:" % i + b"x" * (i % 5000))
+        if i == 200:
+            print("writing", flush=True)
+        i += 1
+""")
+
+
+def test_process_killed_while_appending_loses_only_the_torn_record(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    try:
+        assert proc.stdout.readline() == b"writing\n"
+        time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    with Spool(tmp_path, segment_bytes=256 * 1024, max_bytes=64 << 20) as sp:
+        seqs = [int(e.value[:8]) for e in sp.replay()]
+        assert len(seqs) > 200 and seqs == list(range(len(seqs))), "a contiguous prefix, nothing reordered"
+        assert sp.stats.torn in (0, 1)
+        for e in sp.replay():
+            assert len(e.value) == 9 + int(e.value[:8]) % 5000
+
+
+@pytest.mark.parametrize("policy, appends, expected", [("always", 25, 25), (10, 25, 2), ("never", 25, 0)])
+def test_fsync_policy(tmp_path, monkeypatch, policy, appends, expected):
+    sp = Spool(tmp_path, fsync=policy)
+    sp.append("goodput.gpu", b"n", b"first")  # opens the segment (its own fsyncs are not counted)
+    calls = []
+    monkeypatch.setattr(spool_mod.os, "fsync", lambda fd: calls.append(fd))
+    for _ in range(appends):
+        sp.append("goodput.gpu", b"n", b"v")
+    assert len(calls) == expected
+    monkeypatch.undo()
+    sp.close()
+
+
+@pytest.mark.parametrize("policy", ["sometimes", 0, -3, 2.5])
+def test_bad_fsync_policy_is_rejected(tmp_path, policy):
+    with pytest.raises(ValueError, match="fsync"):
+        Spool(tmp_path, fsync=policy)
