@@ -1,31 +1,28 @@
 """Encoding a batch of rows into the documented JSON envelope (docs/messages.md).
 
-Dependency-free on purpose: agents, the simulator and any external generator produce the same bytes.
+Agents and the simulator produce the same bytes; an external generator only has to follow the docs.
+orjson writes numpy columns directly, without a Python object per value.
 Decoding and validation live in the pipeline (`pipeline.validate`), which must distrust its input.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any, Mapping, Sequence
+
+import numpy as np
+import orjson
 
 from collectors.schema import KINDS, SCHEMA_VERSION
 
 
-def _plain(values: Any) -> list:
-    """A column as a JSON-ready list: numpy arrays via tolist(), NaN (the simulator's 'absent') as null."""
-    if hasattr(values, "dtype"):  # numpy: check for NaN in C before touching elements in Python
-        has_nan = values.dtype.kind == "f" and bool((values != values).any())
-        out = values.tolist()
-        if not has_nan:
-            return out
-    else:
-        out = list(values)
-    for i, v in enumerate(out):
-        if isinstance(v, float) and not math.isfinite(v):
-            out[i] = None
-    return out
+def _column(values: Any) -> Any:
+    """A column orjson can write: numeric numpy arrays go as they are (non-finite floats become null,
+    the simulator's 'absent'), object arrays and other sequences as lists."""
+    if hasattr(values, "dtype"):
+        if values.dtype.kind in "biuf":
+            return np.ascontiguousarray(values)
+        return values.tolist()
+    return list(values)
 
 
 def encode_batch(
@@ -44,7 +41,7 @@ def encode_batch(
     if spec is None:
         raise ValueError(f"unknown signal kind {kind!r}; known: {', '.join(KINDS)}")
     known = {f.name for f in spec.fields}
-    cols = {name: _plain(vals) for name, vals in columns.items()}
+    cols = {name: _column(vals) for name, vals in columns.items()}
     unknown = sorted(set(cols) - known)
     if unknown:
         raise ValueError(f"{kind} batch has fields not in schema v{SCHEMA_VERSION}: {', '.join(unknown)}")
@@ -61,4 +58,4 @@ def encode_batch(
         "agent": agent,
         "columns": cols,
     }
-    return json.dumps(envelope, separators=(",", ":"), allow_nan=False).encode()
+    return orjson.dumps(envelope, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -47,6 +47,8 @@ class Field:
     enum: tuple[str, ...] | None = None
     metric_scale: float = 1.0
     """Multiplier from the field's unit to the metric's base unit (MHz -> Hz is 1e6)."""
+    ch_type: str | None = None
+    """ClickHouse column type when the default for `type` would lose precision (Float32 for a float)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,10 @@ class Kind:
     help: str
     fields: tuple[Field, ...]
     key: tuple[str, ...]
-    """Columns (after cluster, node) that identify one sample; duplicates on this key are one row."""
+    """Columns (after cluster and the sender) that identify one sample; duplicates on it are one row."""
+    sender_column: str = "node"
+    """Raw-table column that keeps the envelope's `node`. Job events name their own `node` (where GPUs
+    were allocated), so there the sending host is kept as `sender`."""
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -103,7 +108,7 @@ GPU = Kind(
         Field("power_w", "float", "W", "Power draw (NVML reports mW).", min=0.0, max=5000.0,
               metric="goodput_gpu_power_watts", metric_type="gauge"),
         Field("energy_j", "float", "J", "Energy since driver load (monotonic; resets on driver reload).",
-              min=0.0, metric="goodput_gpu_energy_joules_total", metric_type="counter"),
+              min=0.0, metric="goodput_gpu_energy_joules_total", metric_type="counter", ch_type="Float64"),
         Field("temp_c", "float", "°C", "GPU core temperature.", min=-40.0, max=150.0,
               metric="goodput_gpu_temperature_celsius", metric_type="gauge"),
         Field("sm_clock_mhz", "float", "MHz", "SM clock.", min=0.0,
@@ -248,7 +253,8 @@ JOB = Kind(
         Field("exit_code", "int", "", "Process exit status where known."),
         Field("source", "str", "", "slurm | volcano | kueue | file | sim."),
     ),
-    key=("job_id", "event", "attempt", "node", "ts_ms"),
+    key=("job_id", "ts_ms", "event", "attempt", "node"),
+    sender_column="sender",
 )
 
 STEP = Kind(

@@ -1,0 +1,243 @@
+-- goodput classification: every allocated GPU-second → one category (docs/goodput-model.md).
+-- Statements are separated by lines of ';;'. Placeholders {name} are filled by pipeline/analyzers/run.py
+-- with validated numbers (and the cluster name, checked to be a plain identifier).
+-- Times are epoch milliseconds (Int64) throughout; W is the window length in ms.
+
+-- 1. Job events of jobs alive in the range.
+CREATE OR REPLACE TABLE tmp_events ENGINE = Memory AS
+SELECT job_id, toUnixTimestamp64Milli(ts) AS t, event, attempt, ifNull(account, '') AS account,
+       ifNull(queue, '') AS queue, ifNull(priority, 0) AS priority, ifNull(gpus_requested, 0) AS gpus_requested,
+       ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason
+FROM raw_job FINAL
+WHERE cluster = '{cluster}' AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+  AND job_id IN (
+      SELECT job_id FROM raw_job WHERE cluster = '{cluster}'
+      GROUP BY job_id
+      HAVING maxIf(ts, event IN ('completed', 'cancelled', 'failed', 'preempted', 'released'))
+             >= fromUnixTimestamp64Milli(toInt64({start}))
+          OR max(ts) >= fromUnixTimestamp64Milli(toInt64({start}))
+          OR countIf(event IN ('completed', 'cancelled')) = 0)
+;;
+-- 2. When each job ended: its completion or cancellation, or a failure with no restart after it.
+CREATE OR REPLACE TABLE tmp_job_end ENGINE = Memory AS
+SELECT job_id,
+       multiIf(maxIf(t, event IN ('completed', 'cancelled')) > 0, maxIf(t, event IN ('completed', 'cancelled')),
+               maxIf(t, event IN ('failed', 'preempted')) > maxIf(t, event = 'restarted'),
+               maxIf(t, event IN ('failed', 'preempted')),
+               toInt64({end})) AS end_t
+FROM tmp_events GROUP BY job_id
+;;
+-- 3. Allocation intervals per GPU: from `allocated` to the next `released` of that node, or the job's end.
+CREATE OR REPLACE TABLE tmp_alloc ENGINE = Memory AS
+SELECT a.job_id AS job_id, a.node AS node, toInt64(a.gpu) AS gpu, a.a0 AS a0,
+       least(if(r.t > 0, r.t, toInt64({end})), e.end_t, toInt64({end})) AS a1
+FROM (SELECT job_id, node, arrayJoin(gpu_indices) AS gpu, t AS a0 FROM tmp_events WHERE event = 'allocated') AS a
+ASOF LEFT JOIN (SELECT job_id, node, t FROM tmp_events WHERE event = 'released') AS r
+    ON a.job_id = r.job_id AND a.node = r.node AND r.t >= a.a0
+LEFT JOIN tmp_job_end AS e ON a.job_id = e.job_id
+;;
+-- 4. Job-level phase segments. Base phases follow the lifecycle events; two overrides apply inside
+--    running time: progress lost to a failure (last checkpoint before it → the failure) is retry
+--    waste, and a checkpoint save (its end minus its duration → its end) is checkpoint time.
+CREATE OR REPLACE TABLE tmp_segments ENGINE = Memory AS
+WITH
+base AS (
+    SELECT job_id, arraySort(x -> (x.1, x.2), groupArray((t, rnk, phase, reason))) AS b
+    FROM (
+        SELECT job_id, t,
+               multiIf(event = 'gang_complete', 1, event = 'running', 2, event IN ('failed', 'preempted'), 3,
+                       event = 'restarted', 4, 5) AS rnk,
+               multiIf(event = 'gang_complete', if(attempt = 1, 'startup', 'retry_waste'),
+                       event = 'running', 'run',
+                       event IN ('completed', 'cancelled'), 'idle',
+                       'retry_waste') AS phase,
+               multiIf(event IN ('failed', 'preempted'), concat('restart after ', ifNull(reason, event)),
+                       event IN ('completed', 'cancelled'), concat('held after ', event),
+                       event = 'gang_complete' AND attempt = 1, 'first attempt startup',
+                       event = 'running', 'running', '') AS reason
+        FROM tmp_events
+        WHERE event IN ('gang_complete', 'running', 'failed', 'preempted', 'restarted', 'completed', 'cancelled')
+        UNION ALL
+        SELECT job_id, min(t), 0, 'gang_wait', 'gang incomplete' FROM tmp_events
+        WHERE event = 'allocated' GROUP BY job_id
+    ) GROUP BY job_id
+),
+attempts AS (
+    SELECT job_id, attempt, minIf(t, event = 'running') AS running_t,
+           groupArrayIf(t, event = 'checkpoint_saved') AS ckpts
+    FROM tmp_events GROUP BY job_id, attempt
+),
+lost AS (
+    SELECT job_id, groupArray((c, f, why)) AS l FROM (
+        SELECT f.job_id AS job_id, f.t AS f, concat('lost progress: ', f.why) AS why,
+               if(notEmpty(arrayFilter(x -> x <= f.t, a.ckpts)), arrayMax(arrayFilter(x -> x <= f.t, a.ckpts)),
+                  a.running_t) AS c
+        FROM (SELECT job_id, attempt, t, ifNull(reason, event) AS why FROM tmp_events
+              WHERE event IN ('failed', 'preempted')) AS f
+        INNER JOIN attempts AS a ON f.job_id = a.job_id AND f.attempt = a.attempt
+        WHERE a.running_t > 0 AND a.running_t <= f.t
+    ) WHERE c < f GROUP BY job_id
+),
+ckpt AS (
+    SELECT job_id, groupArray((t - toInt64(ifNull(duration_ms, 0)), t)) AS k
+    FROM tmp_events WHERE event = 'checkpoint_saved' GROUP BY job_id
+),
+points AS (
+    SELECT job_id, b, l, k,
+           arraySort(arrayDistinct(arrayConcat(arrayMap(x -> x.1, b), arrayMap(x -> x.1, l), arrayMap(x -> x.2, l),
+                                               arrayMap(x -> x.1, k), arrayMap(x -> x.2, k), [toInt64({end})]))) AS pts,
+           arrayFill(x -> x != '', arrayMap(x -> x.4, b)) AS reasons
+    FROM base LEFT JOIN lost USING (job_id) LEFT JOIN ckpt USING (job_id)
+)
+SELECT job_id, seg.1 AS s0, seg.2 AS s1, seg.3 AS phase, seg.4 AS evidence
+FROM points
+ARRAY JOIN arrayMap(i -> (
+    pts[i], pts[i + 1],
+    if(b[arrayLastIndex(x -> x.1 <= pts[i], b)].3 = 'run',
+       multiIf(arrayFirstIndex(x -> x.1 <= pts[i] AND pts[i] < x.2, l) > 0, 'retry_waste',
+               arrayExists(x -> x.1 <= pts[i] AND pts[i] < x.2, k), 'checkpoint', 'run'),
+       b[arrayLastIndex(x -> x.1 <= pts[i], b)].3),
+    if(b[arrayLastIndex(x -> x.1 <= pts[i], b)].3 = 'run',
+       multiIf(arrayFirstIndex(x -> x.1 <= pts[i] AND pts[i] < x.2, l) > 0,
+               l[arrayFirstIndex(x -> x.1 <= pts[i] AND pts[i] < x.2, l)].3,
+               arrayExists(x -> x.1 <= pts[i] AND pts[i] < x.2, k), 'checkpoint save', ''),
+       reasons[arrayLastIndex(x -> x.1 <= pts[i], b)])
+), arrayFilter(i -> arrayLastIndex(x -> x.1 <= pts[i], b) > 0, range(1, toUInt64(length(pts))))) AS seg
+WHERE s0 < s1
+;;
+-- 5. Pieces: one GPU's allocation intersected with one segment, clipped to the range.
+CREATE OR REPLACE TABLE tmp_pieces ENGINE = Memory AS
+SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, s.phase AS phase, s.evidence AS evidence,
+       greatest(a.a0, s.s0, toInt64({start})) AS o0, least(a.a1, s.s1, toInt64({end})) AS o1
+FROM tmp_alloc AS a INNER JOIN tmp_segments AS s ON a.job_id = s.job_id
+WHERE o0 < o1
+;;
+-- 6. Pieces cut into windows, with the seconds each window holds.
+CREATE OR REPLACE TABLE tmp_piece_windows ENGINE = Memory AS
+SELECT job_id, node, gpu, phase, evidence, wi,
+       (least(o1, (wi + 1) * {W}) - greatest(o0, wi * {W})) / 1000.0 AS secs
+FROM tmp_pieces
+ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS wi
+;;
+-- 7. GPU busy level per (job, GPU, window), from the samples inside running pieces only, so that a
+--    window half in startup does not dilute the running half.
+CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
+SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
+       avg(g.busy) AS b, count() AS n, groupBitOr(g.thr) AS thr
+FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) AS t, coalesce(sm_active_pct, util_gpu_pct) AS busy,
+             ifNull(throttle_reasons, 0) AS thr
+      FROM raw_gpu
+      WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
+        AND ts < fromUnixTimestamp64Milli(toInt64({end}))) AS g
+ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run') AS p
+    ON g.node = p.node AND g.gpu = p.gpu AND g.t >= p.o0
+WHERE g.t < p.o1 AND g.busy IS NOT NULL
+GROUP BY job_id, node, gpu, wi
+;;
+-- 8. Each job's healthy level b*: a high percentile of its own well-covered running windows.
+CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
+SELECT job_id, quantile({healthy_quantile})(b) AS b_star, avg(b) AS b_mean
+FROM tmp_run_gpu WHERE n >= {W} / 1000 * 0.8
+GROUP BY job_id
+;;
+-- 9. Evidence per (node, window): storage at its pool's ceiling or I/O pressure; fabric congestion.
+CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
+WITH
+storage AS (
+    SELECT node, intDiv(toUnixTimestamp64Milli(ts), {W}) AS wi,
+           sumIf(read_bytes_per_s, source IN ('nfs', 'lustre'))
+               / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
+           maxIf(psi_some_pct, source = 'psi') AS psi
+    FROM raw_storage
+    WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
+      AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+    GROUP BY node, wi
+),
+pool_storage AS (
+    SELECT d.pool AS pool, s.wi AS wi, sum(s.read_rate) / any(p.storage_ceiling_bytes_per_s) AS ratio
+    FROM storage AS s INNER JOIN dim_nodes AS d ON s.node = d.node
+    INNER JOIN dim_pools AS p ON d.pool = p.pool
+    GROUP BY pool, wi
+),
+net AS (
+    SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
+        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts), {W}) AS wi,
+               avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(cnp_handled_per_s) AS cnp,
+               avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
+        FROM raw_nic
+        WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
+          AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+        GROUP BY node, device, port, wi
+    ) GROUP BY node, wi
+)
+SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi,
+       (ifNull(ps.ratio, 0) >= {storage_saturation} OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
+       (ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
+        OR ifNull(n.cnp, 0) >= {cnp_per_s} OR ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}) AS net_ev,
+       multiIf(ifNull(ps.ratio, 0) >= {storage_saturation}, concat('storage of pool ', d.pool, ' at ',
+               toString(round(ps.ratio * 100)), '% of its ceiling'),
+               ifNull(s.psi, 0) >= {psi_some_pct}, concat('I/O pressure ', toString(round(s.psi)), '% on ', s.node),
+               '') AS storage_why,
+       multiIf(ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
+               OR ifNull(n.cnp, 0) >= {cnp_per_s}, concat('fabric congestion at ', n.node),
+               ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}, concat('NIC line rate at ', n.node), '') AS net_why
+FROM storage AS s
+FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
+LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
+LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi
+SETTINGS join_use_nulls = 1
+;;
+-- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
+CREATE OR REPLACE TABLE tmp_stragglers ENGINE = Memory AS
+SELECT job_id, wi, concat('straggler ', argMax(node, bitAnd(thr, {straggler_mask}) != 0), ' GPU ',
+       toString(argMax(gpu, bitAnd(thr, {straggler_mask}) != 0))) AS why
+FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}) != 0) > 0
+;;
+-- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle.
+CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
+SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
+       if(g.n = 0, 1.0,
+          if(1 - g.b / greatest(h.b_star, 1e-6) < {healthy_tolerance}, 0.0,
+             least(1.0, greatest(0.0, 1 - g.b / greatest(h.b_star, 1e-6))))) AS l,
+       g.n = 0 AS no_data,
+       ifNull(e.storage_ev, 0) AS d_ev,
+       ifNull(e.net_ev, 0) OR st.why != '' AS c_ev,
+       ifNull(e.storage_why, '') AS d_why,
+       if(st.why != '', st.why, ifNull(e.net_why, '')) AS c_why
+FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
+LEFT JOIN tmp_run_gpu AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
+LEFT JOIN tmp_healthy AS h ON w.job_id = h.job_id
+LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
+LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
+;;
+-- 12. All categorised seconds per (job, node, window, category, evidence).
+CREATE OR REPLACE TABLE tmp_classified ENGINE = Memory AS
+SELECT job_id, node, wi, phase AS category, evidence, secs FROM tmp_piece_windows WHERE phase != 'run'
+UNION ALL
+SELECT job_id, node, wi, 'productive', '', secs * (1 - l) FROM tmp_run_split
+UNION ALL
+SELECT job_id, node, wi, 'data_stall', d_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
+FROM tmp_run_split WHERE l > 0 AND d_ev AND NOT no_data
+UNION ALL
+SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
+FROM tmp_run_split WHERE l > 0 AND c_ev AND NOT no_data
+UNION ALL
+SELECT job_id, node, wi, 'idle', if(no_data, 'no telemetry from node', 'below healthy level, no evidence'), secs * l
+FROM tmp_run_split WHERE l > 0 AND (no_data OR NOT (d_ev OR c_ev))
+;;
+DELETE FROM goodput_windows WHERE cluster = '{cluster}'
+    AND window_start >= toDateTime(intDiv(toInt64({start}), 1000)) AND window_start < toDateTime(intDiv(toInt64({end}), 1000))
+;;
+INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,
+                             gpu_seconds, cost, evidence)
+SELECT '{cluster}', c.job_id, toDateTime(intDiv(c.wi * {W}, 1000)), {W} / 1000,
+       ifNull(a.team, '{default_team}'), any(d.pool), any(j.account), c.category,
+       sum(c.secs), sum(c.secs * d.price_per_gpu_hour / 3600), anyHeavy(c.evidence)
+FROM tmp_classified AS c
+LEFT JOIN dim_nodes AS d ON c.node = d.node
+LEFT JOIN (SELECT job_id, anyIf(account, account != '') AS account FROM tmp_events GROUP BY job_id) AS j
+    ON c.job_id = j.job_id
+LEFT JOIN dim_accounts AS a ON j.account = a.account
+WHERE c.secs > 0
+GROUP BY c.job_id, c.wi, c.category, a.team
+SETTINGS join_use_nulls = 1

@@ -1,0 +1,54 @@
+"""Every name other components rely on, declared once: tables, categories, metric names.
+
+Dashboards and alerts import these names from here (never spell a table or metric themselves), so a
+rename is one edit and a test catches any consumer that drifts.
+"""
+
+from __future__ import annotations
+
+from collectors.schema import KINDS
+
+SCHEMA_VERSION_DDL = 1
+"""Version of the ClickHouse schema (docs/clickhouse.md); recorded in `schema_migrations`."""
+
+RAW_TABLES: dict[str, str] = {kind: f"raw_{kind}" for kind in KINDS}
+DEAD_LETTERS = "dead_letters"
+INGESTED_BATCHES = "ingested_batches"
+SCHEMA_MIGRATIONS = "schema_migrations"
+
+DIM_NODES = "dim_nodes"
+DIM_ACCOUNTS = "dim_accounts"
+DIM_POOLS = "dim_pools"
+
+GOODPUT_WINDOWS = "goodput_windows"
+JOB_SUMMARY = "job_summary"
+TEAM_DAY = "team_day"
+SCHEDULING_DELAY = "scheduling_delay"
+
+CATEGORIES = (
+    "productive", "data_stall", "comm_stall", "gang_wait", "retry_waste", "startup", "checkpoint", "idle",
+)
+"""The goodput categories (docs/goodput-model.md). Stable: reports, dashboards and alerts key on them."""
+
+WASTE_CATEGORIES = tuple(c for c in CATEGORIES if c != "productive")
+
+
+def agent_metrics() -> dict[str, tuple[str, str]]:
+    """Prometheus series the agent exports from sample fields: name -> (type, help)."""
+    return {
+        f.metric: (f.metric_type, f.help)
+        for kind in KINDS.values()
+        for f in kind.fields
+        if f.metric
+    }
+
+
+AGENT_SELF_METRICS = {
+    "goodput_collector_success": ("gauge", "1 if the collector's last run succeeded, else 0."),
+    "goodput_collector_duration_seconds": ("gauge", "Time the collector's last run took."),
+    "goodput_agent_send_errors_total": ("counter", "Batches the agent failed to hand to Kafka."),
+    "goodput_agent_spool_bytes": ("gauge", "Bytes waiting in the on-disk spool."),
+    "goodput_agent_spool_batches": ("gauge", "Batches waiting in the on-disk spool."),
+    "goodput_agent_spool_dropped_batches_total": ("counter", "Batches dropped because the spool was full."),
+    "goodput_agent_last_send_timestamp_seconds": ("gauge", "When a batch last reached Kafka."),
+}

@@ -1,0 +1,201 @@
+"""The ClickHouse schema, generated from the message contract and applied idempotently.
+
+Raw tables get one column per schema field, so adding a field to `collectors.schema` adds the
+column, the docs row and the validation in one edit. Choices that matter for the queries:
+
+- PARTITION BY day: TTL drops whole parts, and every dashboard/analyzer query has a time range.
+- ORDER BY (cluster, node, device key, ts): the analyzers read one device's series in time order,
+  dashboards filter by node; job events are ordered by job first.
+- ReplacingMergeTree on that key plus insert-deduplication tokens: a batch delivered twice is one row
+  set (docs/clickhouse.md lists the failure cases each covers).
+- Codecs: DoubleDelta for time, ZSTD(1) elsewhere; LowCardinality for names.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from collectors.schema import KINDS, Field, Kind
+from pipeline import catalog
+from pipeline.store import Store
+
+RAW_TTL_DAYS = 90
+EVENT_TTL_DAYS = 400
+OUTPUT_TTL_DAYS = 400
+DEAD_LETTER_TTL_DAYS = 30
+
+_BASE_TYPES = {"int": "Int64", "float": "Float32", "bool": "Bool", "str": "String"}
+
+
+def column_type(f: Field) -> str:
+    if f.type == "int_list":
+        return "Array(Int32)"
+    base = f.ch_type or _BASE_TYPES[f.type]
+    if f.type == "str":
+        return "LowCardinality(String)" if f.required else "LowCardinality(Nullable(String))"
+    return base if f.required else f"Nullable({base})"
+
+
+_ARROW_TYPES = {"Int64": pa.int64(), "Float32": pa.float32(), "Float64": pa.float64(), "Bool": pa.bool_(),
+                "String": pa.string()}
+TS_ARROW = pa.timestamp("ms", tz="UTC")
+
+
+def arrow_type(f: Field) -> pa.DataType:
+    """The Arrow type the loader builds for a field; it matches `column_type` one to one."""
+    if f.name == "ts_ms":
+        return TS_ARROW
+    if f.type == "int_list":
+        return pa.list_(pa.int32())
+    return _ARROW_TYPES[f.ch_type or _BASE_TYPES[f.type]]
+
+
+def column_name(f: Field) -> str:
+    """ts_ms travels as epoch milliseconds and is stored as DateTime64(3) named `ts`."""
+    return "ts" if f.name == "ts_ms" else f.name
+
+
+def _order_by(kind: Kind) -> str:
+    cols = ["cluster"]
+    if kind.key[0] != "job_id":
+        cols.append(kind.sender_column)
+    for name in kind.key:
+        f = kind.field(name)
+        cols.append(column_name(f) if f.required else f"ifNull({name}, '')")
+    return ", ".join(cols)
+
+
+def raw_table_ddl(kind: Kind) -> str:
+    cols = [
+        "cluster LowCardinality(String)",
+        f"{kind.sender_column} LowCardinality(String)",
+    ]
+    for f in kind.fields:
+        if f.name == "ts_ms":
+            cols.append("ts DateTime64(3, 'UTC') CODEC(DoubleDelta, ZSTD(1))")
+        else:
+            cols.append(f"{f.name} {column_type(f)} CODEC(ZSTD(1))")
+    cols += ["seq UInt64 CODEC(ZSTD(1))", "ingested_at DateTime DEFAULT now() CODEC(ZSTD(1))"]
+    ttl = EVENT_TTL_DAYS if kind.name in ("job", "step") else RAW_TTL_DAYS
+    body = ",\n    ".join(cols)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {catalog.RAW_TABLES[kind.name]} (\n    {body}\n)\n"
+        f"ENGINE = ReplacingMergeTree\nPARTITION BY toDate(ts)\nORDER BY ({_order_by(kind)})\n"
+        f"TTL toDateTime(ts) + INTERVAL {ttl} DAY\n"
+        f"SETTINGS non_replicated_deduplication_window = 10000, allow_nullable_key = 0"
+    )
+
+
+def _category_columns(prefix: str) -> str:
+    return ",\n    ".join(f"{prefix}{c} Float64" for c in catalog.CATEGORIES)
+
+
+FIXED_TABLES = {
+    catalog.SCHEMA_MIGRATIONS: """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version UInt32, description String, applied_at DateTime DEFAULT now()
+) ENGINE = ReplacingMergeTree ORDER BY version""",
+    catalog.DEAD_LETTERS: f"""
+CREATE TABLE IF NOT EXISTS dead_letters (
+    received_at DateTime64(3, 'UTC') CODEC(DoubleDelta, ZSTD(1)),
+    source LowCardinality(String) COMMENT 'Kafka topic or input file',
+    partition Int32,
+    offset Int64 COMMENT 'Kafka offset, or line number for files',
+    cluster LowCardinality(String),
+    node String,
+    kind LowCardinality(String),
+    reason LowCardinality(String) COMMENT 'machine-readable reason, e.g. bad_type, duplicate_seq',
+    detail String COMMENT 'human-readable explanation naming the field',
+    raw String CODEC(ZSTD(3))
+) ENGINE = MergeTree PARTITION BY toDate(received_at) ORDER BY (reason, received_at)
+TTL toDateTime(received_at) + INTERVAL {DEAD_LETTER_TTL_DAYS} DAY""",
+    catalog.INGESTED_BATCHES: f"""
+CREATE TABLE IF NOT EXISTS ingested_batches (
+    cluster LowCardinality(String), node LowCardinality(String), kind LowCardinality(String),
+    seq UInt64, rows UInt32, source LowCardinality(String), partition Int32, offset Int64,
+    sent DateTime64(3, 'UTC'), ingested_at DateTime DEFAULT now()
+) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(sent) ORDER BY (cluster, kind, node, seq)
+TTL toDateTime(sent) + INTERVAL {RAW_TTL_DAYS} DAY""",
+    catalog.DIM_NODES: """
+CREATE TABLE IF NOT EXISTS dim_nodes (
+    node String, pool LowCardinality(String), pool_class LowCardinality(String),
+    gpu_type LowCardinality(String), gpus_per_node UInt16, price_per_gpu_hour Float64,
+    network_tier LowCardinality(String), link_gbps Float64, links_per_node UInt16
+) ENGINE = MergeTree ORDER BY node""",
+    catalog.DIM_POOLS: """
+CREATE TABLE IF NOT EXISTS dim_pools (
+    pool String, pool_class LowCardinality(String), nodes UInt32, gpus UInt32,
+    storage_ceiling_bytes_per_s Float64, oversubscription Float64
+) ENGINE = MergeTree ORDER BY pool""",
+    catalog.DIM_ACCOUNTS: """
+CREATE TABLE IF NOT EXISTS dim_accounts (account String, team LowCardinality(String))
+ENGINE = MergeTree ORDER BY account""",
+    catalog.GOODPUT_WINDOWS: f"""
+CREATE TABLE IF NOT EXISTS goodput_windows (
+    cluster LowCardinality(String),
+    job_id String,
+    window_start DateTime('UTC') CODEC(DoubleDelta, ZSTD(1)),
+    window_s UInt16,
+    team LowCardinality(String),
+    pool LowCardinality(String),
+    account LowCardinality(String),
+    category LowCardinality(String),
+    gpu_seconds Float64,
+    cost Float64,
+    evidence String COMMENT 'why: the failure, the saturated pool, the straggler node',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(window_start) ORDER BY (cluster, job_id, window_start, category)
+TTL window_start + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.JOB_SUMMARY: f"""
+CREATE TABLE IF NOT EXISTS job_summary (
+    cluster LowCardinality(String),
+    job_id String,
+    account LowCardinality(String),
+    team LowCardinality(String),
+    pool LowCardinality(String),
+    gpus UInt32,
+    attempts UInt16,
+    first_allocated DateTime('UTC'),
+    last_seen DateTime('UTC'),
+    allocated_gpu_seconds Float64,
+    {_category_columns('s_')},
+    cost Float64,
+    waste_cost Float64,
+    goodput_pct Float64,
+    sm_active_pct Float64 COMMENT 'mean busy level while running: the MFU proxy beside goodput',
+    healthy_busy_pct Float64 COMMENT 'the job''s own healthy level b*',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree ORDER BY (cluster, job_id)""",
+    catalog.TEAM_DAY: f"""
+CREATE TABLE IF NOT EXISTS team_day (
+    cluster LowCardinality(String), day Date, team LowCardinality(String), pool LowCardinality(String),
+    category LowCardinality(String), gpu_hours Float64, cost Float64, computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(day) ORDER BY (cluster, day, team, pool, category)
+TTL day + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.SCHEDULING_DELAY: """
+CREATE TABLE IF NOT EXISTS scheduling_delay (
+    cluster LowCardinality(String), job_id String, team LowCardinality(String),
+    pool LowCardinality(String), queue LowCardinality(String), priority Int64, gpus_requested Int64,
+    submitted DateTime64(3, 'UTC'), first_allocated Nullable(DateTime64(3, 'UTC')),
+    gang_complete Nullable(DateTime64(3, 'UTC')),
+    queue_wait_s Nullable(Float64) COMMENT 'submitted -> first GPU allocated (not GPU time)',
+    gang_wait_s Nullable(Float64) COMMENT 'first GPU allocated -> gang complete (GPU time held)',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree ORDER BY (cluster, job_id)""",
+}
+
+
+def all_ddl() -> list[str]:
+    return [raw_table_ddl(k) for k in KINDS.values()] + [s.strip() for s in FIXED_TABLES.values()]
+
+
+def migrate(store: Store) -> int:
+    """Creates every table that is missing and records the schema version. Safe to run repeatedly."""
+    for statement in all_ddl():
+        store.execute(statement)
+    done = store.query_arrow(f"SELECT count() AS n FROM {catalog.SCHEMA_MIGRATIONS} "
+                             f"WHERE version = {catalog.SCHEMA_VERSION_DDL}").column("n")[0].as_py()
+    if not done:
+        store.execute(f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description) VALUES "
+                      f"({catalog.SCHEMA_VERSION_DDL}, 'initial schema: raw tables, dead letters, outputs')")
+    return catalog.SCHEMA_VERSION_DDL

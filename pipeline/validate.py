@@ -1,0 +1,194 @@
+"""Decoding and validating envelopes (docs/messages.md) into Arrow tables ready to insert.
+
+The loader must distrust its input: a bad message becomes a `Rejected` with a machine-readable reason
+and a sentence naming the field, never an exception that stops the service.
+
+Speed comes from converting columns, not rows: every message of one kind in a poll is checked
+structurally on its own (cheap), then each field's values across all those messages are converted to
+Arrow in one call and range-checked in C. Only when that bulk conversion fails do we fall back to
+converting message by message, to dead-letter the culprit and keep the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collectors.schema import KINDS, SCHEMA_VERSION, Kind
+from pipeline.ddl import arrow_type, column_name
+
+MAX_MESSAGE_BYTES = 16 * 2**20
+_ENVELOPE_TYPES = {"schema_version": int, "kind": str, "cluster": str, "node": str, "seq": int,
+                   "sent_ms": int, "columns": dict}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    reason: str
+    detail: str
+
+
+@dataclass(slots=True)
+class Envelope:
+    kind: str
+    cluster: str
+    node: str
+    seq: int
+    sent_ms: int
+    agent: str
+    columns: dict[str, list]
+    rows: int
+    position: Any = None
+    """Where it came from (a transport Record or a file line); carried through for dead letters."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the validator accepts beyond the schema itself (from [loader] and [cluster] config)."""
+
+    cluster: str | None = None
+    known_nodes: frozenset[str] | None = None
+    max_rows: int = 200_000
+    max_past_ms: int = 30 * 86_400_000
+    max_future_ms: int = 300_000
+
+
+_NON_FINITE = re.compile(rb"[:,\[]\s*-?(NaN|Infinity)\b")
+
+
+def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> Envelope | Rejected:
+    """Parses and checks one message's structure (not yet its values' types and ranges)."""
+    if len(value) > MAX_MESSAGE_BYTES:
+        return Rejected("oversize_message", f"{len(value)} bytes > limit {MAX_MESSAGE_BYTES}")
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError as e:
+        if _NON_FINITE.search(value):
+            return Rejected("non_finite", "NaN or Infinity is not valid JSON: send null for a value not measured")
+        return Rejected("not_json", f"not a JSON envelope: {e}")
+    if not isinstance(doc, dict):
+        return Rejected("bad_envelope", f"top level is {type(doc).__name__}, expected an object")
+    for name, typ in _ENVELOPE_TYPES.items():
+        if name not in doc:
+            return Rejected("bad_envelope", f"envelope field {name!r} is missing")
+        v = doc[name]
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            return Rejected("bad_envelope", f"envelope field {name!r} is {type(v).__name__}, expected {typ.__name__}")
+    if doc["schema_version"] != SCHEMA_VERSION:
+        return Rejected("unknown_version", f"schema_version {doc['schema_version']}; this loader reads {SCHEMA_VERSION}")
+    kind = KINDS.get(doc["kind"])
+    if kind is None:
+        return Rejected("unknown_kind", f"kind {doc['kind']!r} is not one of {', '.join(KINDS)}")
+    if expected_kind and kind.name != expected_kind:
+        return Rejected("kind_mismatch", f"a {kind.name} batch arrived on the {expected_kind} topic")
+    if limits.cluster and doc["cluster"] != limits.cluster:
+        return Rejected("unknown_cluster", f"cluster {doc['cluster']!r}; this loader serves {limits.cluster!r}")
+    if limits.known_nodes is not None and doc["node"] not in limits.known_nodes:
+        return Rejected("unknown_node", f"node {doc['node']!r} is in no pool and not a control node of the config")
+    if doc["seq"] < 0:
+        return Rejected("bad_envelope", f"seq {doc['seq']} is negative")
+    columns = doc["columns"]
+    unknown = sorted(set(columns) - {f.name for f in kind.fields})
+    if unknown:
+        return Rejected("unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{SCHEMA_VERSION}")
+    lengths = set()
+    for name, vals in columns.items():
+        if not isinstance(vals, list):
+            return Rejected("bad_envelope", f"column {name!r} is {type(vals).__name__}, expected an array")
+        lengths.add(len(vals))
+    if len(lengths) > 1:
+        return Rejected("ragged_columns", f"columns have different lengths {sorted(lengths)}")
+    rows = lengths.pop() if lengths else 0
+    if rows == 0:
+        return Rejected("empty_batch", "the batch has no rows")
+    if rows > limits.max_rows:
+        return Rejected("oversize_batch", f"{rows} rows > limit {limits.max_rows}")
+    for name in kind.required:
+        vals = columns.get(name)
+        if vals is None:
+            return Rejected("missing_field", f"required field {name!r} is absent")
+        if None in vals:
+            return Rejected("missing_field", f"required field {name!r} is null in row {vals.index(None)}")
+    return Envelope(kind.name, doc["cluster"], doc["node"], doc["seq"], doc["sent_ms"],
+                    str(doc.get("agent", "")), columns, rows)
+
+
+def _check_array(kind: Kind, name: str, arr: pa.Array, now_ms: int, limits: Limits) -> str | None:
+    """Range/enum problems of one converted column, as a sentence, or None."""
+    f = kind.field(name)
+    if name == "ts_ms":
+        lo, hi = now_ms - limits.max_past_ms, now_ms + limits.max_future_ms
+        mm = pc.min_max(arr.cast(pa.int64())).as_py()
+        if mm["min"] is not None and (mm["min"] < lo or mm["max"] > hi):
+            return f"ts_ms range [{mm['min']}, {mm['max']}] is outside [now-{limits.max_past_ms // 1000}s, now+{limits.max_future_ms // 1000}s]"
+        return None
+    if f.enum is not None:
+        bad = pc.filter(arr, pc.invert(pc.fill_null(pc.is_in(arr, pa.array(f.enum)), True)))
+        if len(bad):
+            return f"{name} value {bad[0].as_py()!r} is not one of {', '.join(f.enum)}"
+    if f.min is None and f.max is None or f.type in ("str", "int_list", "bool"):
+        return None
+    mm = pc.min_max(arr).as_py()
+    if mm["min"] is None:
+        return None
+    if f.min is not None and mm["min"] < f.min:
+        return f"{name} has {mm['min']} below its minimum {f.min}"
+    if f.max is not None and mm["max"] > f.max:
+        return f"{name} has {mm['max']} above its maximum {f.max}"
+    return None
+
+
+def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> pa.Table:
+    """All envelopes of one kind → one Arrow table in raw-table column order; raises ValueError."""
+    arrays: dict[str, pa.Array] = {
+        "cluster": pa.array([e.cluster for e in envs for _ in range(e.rows)], pa.string()),
+        kind.sender_column: pa.array([e.node for e in envs for _ in range(e.rows)], pa.string()),
+    }
+    for f in kind.fields:
+        typ = arrow_type(f)
+        values: list = []
+        for e in envs:
+            col = e.columns.get(f.name)
+            values.extend(col if col is not None else ([[]] if f.type == "int_list" else [None]) * e.rows)
+        try:
+            arr = pa.array(values, type=pa.int64() if f.name == "ts_ms" else typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as ex:
+            raise ValueError(f"bad_type: field {f.name!r} ({f.type}): {ex}") from None
+        problem = _check_array(kind, f.name, arr, now_ms, limits)
+        if problem:
+            raise ValueError(f"out_of_range: {problem}")
+        arrays[column_name(f)] = arr.cast(typ) if f.name == "ts_ms" else arr
+    arrays["seq"] = pa.array([e.seq for e in envs for _ in range(e.rows)], pa.uint64())
+    return pa.table(arrays)
+
+
+def to_tables(envs: Iterable[Envelope], now_ms: int, limits: Limits
+              ) -> tuple[dict[str, pa.Table], list[tuple[Envelope, Rejected]]]:
+    """Converts decoded envelopes to one table per kind; returns (tables, rejected envelopes)."""
+    by_kind: dict[str, list[Envelope]] = {}
+    for e in envs:
+        by_kind.setdefault(e.kind, []).append(e)
+    tables: dict[str, pa.Table] = {}
+    rejected: list[tuple[Envelope, Rejected]] = []
+    for name, group in by_kind.items():
+        kind = KINDS[name]
+        try:
+            tables[name] = _convert(kind, group, now_ms, limits)
+            continue
+        except ValueError:
+            pass  # somewhere in the group: find it message by message
+        good: list[pa.Table] = []
+        for e in group:
+            try:
+                good.append(_convert(kind, [e], now_ms, limits))
+            except ValueError as ex:
+                reason, _, detail = str(ex).partition(": ")
+                rejected.append((e, Rejected(reason, detail)))
+        if good:
+            tables[name] = pa.concat_tables(good)
+    return tables, rejected
