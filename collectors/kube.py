@@ -280,7 +280,7 @@ class KubeJobCollector:
                 if rung == 1:
                     out.append(("allocated", cur.admitted_ms, None))
                 else:
-                    out += [("gang_complete", cur.running_ms, None), ("running", cur.running_ms, None)]
+                    out.extend([("gang_complete", cur.running_ms, None), ("running", cur.running_ms, None)])
 
         if cur.state in TERMINAL:
             mem.terminal = True

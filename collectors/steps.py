@@ -72,7 +72,9 @@ class StepReporter:
         self._phases: dict[str, float] | None = None
         self._sock: socket.socket | None = None
         try:
-            self.addr = addr or (parse_addr(os.environ[ADDR_ENV]) if ADDR_ENV in os.environ else DEFAULT_ADDR)
+            host, port = addr or (parse_addr(os.environ[ADDR_ENV]) if ADDR_ENV in os.environ else DEFAULT_ADDR)
+            # resolve once here: a name in sendto would mean a (blocking) DNS lookup on every step
+            self.addr = (socket.gethostbyname(host), port)
             self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             self._sock.setblocking(False)
         except (OSError, ValueError) as e:
