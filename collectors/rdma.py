@@ -108,8 +108,10 @@ def parse_ethtool_pfc(text: str) -> dict[str, dict[int, int]]:
 
 def parse_port(port_dir: Path, device: str, skipped: list[str]) -> PortSample:
     """Read one `ports/<n>/` directory; unreadable files are noted in `skipped` and left out."""
+    base = f"{port_dir}/"
+
     def text(name: str) -> str | None:
-        return read_optional(port_dir / name, skipped)
+        return read_optional(base + name, skipped)
 
     counters: dict[str, int] = {}
     for spec in COUNTERS:

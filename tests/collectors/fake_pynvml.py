@@ -68,8 +68,18 @@ class FakeMetricsGet:
         self.version = 0
         self.numMetrics = 0
         self.sample1 = self.sample2 = None
-        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=_real.NVML_SUCCESS, value=0.0)
-                        for _ in range(_real.NVML_GPM_METRIC_MAX)]
+        self.metrics = _MetricArray()
+
+
+class _MetricArray(dict):
+    """The struct's fixed array of NVML_GPM_METRIC_MAX entries, built only as touched (the bench
+    would otherwise time 477 Python objects the real ctypes struct allocates in one C call)."""
+
+    def __missing__(self, i: int) -> SimpleNamespace:
+        if not 0 <= i < _real.NVML_GPM_METRIC_MAX:
+            raise IndexError(i)
+        self[i] = SimpleNamespace(metricId=0, nvmlReturn=_real.NVML_SUCCESS, value=0.0)
+        return self[i]
 
 
 class FakeNvml:
@@ -255,7 +265,7 @@ class FakeNvml:
             raise _err(_real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         if s1 is None or s2 is None or s1.gpu != s2.gpu or not 0 <= s1.seq < s2.seq:
             raise _err(_real.NVML_ERROR_INVALID_ARGUMENT)
-        for m in mg.metrics[: mg.numMetrics]:
+        for m in (mg.metrics[i] for i in range(mg.numMetrics)):
             if m.metricId in s2.values:
                 m.value, m.nvmlReturn = s2.values[m.metricId], _real.NVML_SUCCESS
             else:
