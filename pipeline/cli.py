@@ -1,0 +1,119 @@
+"""`goodput ingest`, `goodput analyze` and `goodput summary`: the pipeline's commands.
+
+Each opens the store itself; with the embedded chDB store only one process may hold a directory, and
+the store says so by name when another process has it (pipeline.store.StoreLocked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from pipeline import config as config_mod, ddl
+from pipeline.analyzers import run as analyzers
+from pipeline.loader import Loader, limits_from_config
+from pipeline.progress import Progress
+from pipeline.store import open_store
+from pipeline.summary import as_json, format_team_table, team_table
+from pipeline.transport import Record
+
+
+def _store(args, cfg):
+    store = open_store(cfg.store.kind, args.store or cfg.store.path)
+    ddl.migrate(store)
+    return store
+
+
+def file_records(path: Path):
+    """One documented message per line; the line number is the record's offset (for dead letters)."""
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if line:
+                yield Record(f"file:{path.name}", 0, lineno, None, line)
+
+
+def cmd_ingest(args) -> int:
+    cfg = config_mod.load(args.config)
+    path = Path(args.source)
+    if not path.exists():
+        print(f"goodput ingest: {path} does not exist", file=sys.stderr)
+        return 2
+    with _store(args, cfg) as store:
+        loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
+        progress = Progress("ingest", path.stat().st_size)
+        batch, read = [], 0
+        for rec in file_records(path):
+            batch.append(rec)
+            read += len(rec.value) + 1
+            if len(batch) >= 1000:
+                loader.load(batch)
+                batch = []
+                progress.update(read)
+        loader.load(batch)
+        t = loader.totals
+        progress.done(f"{t.records} messages, {sum(t.rows.values())} rows, {sum(t.dead_letters.values())} dead letters")
+        if t.dead_letters:
+            print("dead letters by reason: " + ", ".join(f"{r}={n}" for r, n in t.dead_letters.most_common()),
+                  file=sys.stderr)
+        if not args.no_analyze:
+            _analyze(store, cfg, None, None)
+    return 0
+
+
+def _analyze(store, cfg, since_ms, until_ms) -> None:
+    if since_ms is None or until_ms is None:
+        t = store.query_arrow("SELECT toUnixTimestamp64Milli(min(ts)) AS a, toUnixTimestamp64Milli(max(ts)) AS b "
+                              "FROM raw_job").to_pylist()[0]
+        if not t["a"]:
+            print("goodput analyze: no job events in the store: nothing is allocated, nothing to classify",
+                  file=sys.stderr)
+            return
+        since_ms = since_ms or t["a"]
+        until_ms = until_ms or max(t["b"] + 1, int(time.time() * 1000))
+        g = store.query_arrow("SELECT toUnixTimestamp64Milli(max(ts)) AS b FROM raw_gpu").to_pylist()[0]["b"]
+        if g:
+            until_ms = min(until_ms, g + 1000)
+    timings = analyzers.run(store, cfg, since_ms, until_ms)
+    print("analyzers: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()), file=sys.stderr)
+
+
+def cmd_analyze(args) -> int:
+    cfg = config_mod.load(args.config)
+    with _store(args, cfg) as store:
+        _analyze(store, cfg, args.since_ms, args.until_ms)
+    return 0
+
+
+def cmd_summary(args) -> int:
+    cfg = config_mod.load(args.config)
+    with _store(args, cfg) as store:
+        if args.json:
+            json.dump(as_json(store, cfg.cluster, cfg.currency), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            print(format_team_table(team_table(store, cfg.cluster), cfg.currency))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="goodput TOML config (default: the shipped example)")
+    common.add_argument("--store", help="chDB data directory (default: [store].path of the config)")
+
+    p = sub.add_parser("ingest", parents=[common], help="load documented messages, one JSON per line, from a file")
+    p.add_argument("--from", dest="source", required=True, help="file of messages (JSON lines)")
+    p.add_argument("--no-analyze", action="store_true", help="only load; do not run the analyzers after")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("analyze", parents=[common], help="(re)classify a time range of stored data")
+    p.add_argument("--since-ms", type=int)
+    p.add_argument("--until-ms", type=int)
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("summary", parents=[common], help="per-team and per-job GPU time by category")
+    p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/summary.md)")
+    p.set_defaults(func=cmd_summary)
