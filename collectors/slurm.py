@@ -211,7 +211,10 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
     """One element of squeue's `jobs` array -> SlurmJob. Raises ValueError naming what is malformed."""
     if "job_id" not in raw:
         raise ValueError("job without job_id")
-    job_id = str(_number(raw["job_id"]) if not isinstance(raw["job_id"], str) else raw["job_id"])
+    job_id = raw["job_id"] if isinstance(raw["job_id"], str) else _number(raw["job_id"])
+    if job_id is None or job_id == "":
+        raise ValueError(f"job_id is not set: {raw['job_id']!r}")
+    job_id = str(job_id)
     state, flags = _state(raw.get("job_state"))
     nodes = _node_names(raw)
     details = [d for d in raw.get("gres_detail") or [] if isinstance(d, str)]
@@ -323,6 +326,9 @@ class SlurmCollector:
                 idx = job.gpu_indices.get(node)
                 track.allocated[node] = idx
                 emit("allocated", job.start_ms, job.attempt, node=node, gpu_indices=idx)
+        for node, idx in job.gpu_indices.items():
+            if node in track.allocated and track.allocated[node] is None:
+                track.allocated[node] = idx  # gres_detail filled in after the allocation was seen
         settled = not (job.flags & NOT_SETTLED_FLAGS)
         if ran and settled and track.allocated and not track.running:
             # Slurm sets RUNNING only once every node of the allocation is up: the gang is complete.

@@ -186,3 +186,18 @@ def test_squeue_not_installed_is_unavailable():
     runner = SubprocessRunner(env={"PATH": "/nonexistent"})
     with pytest.raises(CollectorUnavailable, match="squeue not found"):
         SlurmCollector(run=runner).collect(0)
+
+
+def test_indices_that_appear_after_the_allocation_are_kept_for_the_release():
+    def poll(state, gres):
+        job = {"job_id": 9, "job_state": state, "nodes": "gpu-01", "gres_detail": gres, "restart_cnt": 0,
+               "submit_time": {"set": True, "number": T0}, "start_time": {"set": True, "number": T0 + 1},
+               "end_time": {"set": True, "number": T0 + 9}, "tres_per_node": "gres/gpu:2"}
+        return json.dumps({"jobs": [job], "errors": []})
+    texts = iter([poll(["RUNNING", "CONFIGURING"], []), poll(["RUNNING"], ["gpu:2(IDX:4-5)"]),
+                  poll(["COMPLETED"], [])])
+    collector = SlurmCollector(run=lambda argv: next(texts))
+    rows = [r for _ in range(3) for r in collector.collect(0)]
+    assert [(r["event"], r.get("gpu_indices")) for r in rows] == [
+        ("submitted", None), ("allocated", None), ("gang_complete", None), ("running", None),
+        ("completed", None), ("released", [4, 5])]
