@@ -85,6 +85,7 @@ class AnalyzerConfig:
 
     window_s: int = 10
     healthy_quantile: float = 0.9
+    healthy_cutoff: float = 0.8
     healthy_tolerance: float = 0.05
     storage_saturation: float = 0.85
     psi_some_pct: float = 20.0

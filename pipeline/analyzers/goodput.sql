@@ -123,7 +123,8 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    window half in startup does not dilute the running half.
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
-       avg(g.busy) AS b, count() AS n, groupBitOr(g.thr) AS thr
+       avg(g.busy) AS b, count() AS n, groupBitOr(g.thr) AS thr,
+       quantilesState({percentile_levels})(g.busy) AS q
 FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) AS t, coalesce(sm_active_pct, util_gpu_pct) AS busy,
              ifNull(throttle_reasons, 0) AS thr
       FROM raw_gpu
@@ -134,11 +135,18 @@ ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 
 WHERE g.t < p.o1 AND g.busy IS NOT NULL
 GROUP BY job_id, node, gpu, wi
 ;;
--- 8. Each job's healthy level b*: a high percentile of its own well-covered running windows.
+-- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
+--    job stalled most of the time still has productive seconds that show its level). First a high
+--    percentile p = quantile {healthy_quantile}; then b* = the median of the seconds at or above
+--    {healthy_cutoff} x p, i.e. of the healthy seconds, read off the merged percentile grid. The median
+--    rather than the percentile itself keeps sample noise from inflating every stall.
 CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
-SELECT job_id, quantile({healthy_quantile})(b) AS b_star, avg(b) AS b_mean
-FROM tmp_run_gpu WHERE n >= {W} / 1000 * 0.8
-GROUP BY job_id
+SELECT job_id, qs[toUInt64(least(99, greatest(1, round((k + 100) / 2))))] AS b_star, b_mean
+FROM (
+    SELECT job_id, quantilesMerge({percentile_levels})(q) AS qs, sum(b * n) / sum(n) AS b_mean,
+           arrayFirstIndex(x -> x >= {healthy_cutoff} * qs[toUInt64(round({healthy_quantile} * 100))], qs) AS k
+    FROM tmp_run_gpu GROUP BY job_id
+)
 ;;
 -- 9. Evidence per (node, window): storage at its pool's ceiling or I/O pressure; fabric congestion.
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS

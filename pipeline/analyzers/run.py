@@ -67,7 +67,8 @@ def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
     return {
         "cluster": cfg.cluster, "default_team": cfg.default_team,
         "start": str(int(start_ms)), "end": str(int(end_ms)), "W": str(int(a.window_s * 1000)),
-        "healthy_quantile": repr(float(a.healthy_quantile)), "healthy_tolerance": repr(float(a.healthy_tolerance)),
+        "healthy_quantile": repr(float(a.healthy_quantile)), "healthy_cutoff": repr(float(a.healthy_cutoff)),
+        "percentile_levels": ", ".join(f"{i / 100:.2f}" for i in range(1, 100)), "healthy_tolerance": repr(float(a.healthy_tolerance)),
         "storage_saturation": repr(float(a.storage_saturation)), "psi_some_pct": repr(float(a.psi_some_pct)),
         "nic_line_rate_fraction": repr(float(a.nic_line_rate_fraction)),
         "xmit_wait_per_s": repr(float(a.xmit_wait_per_s)), "ecn_marked_per_s": repr(float(a.ecn_marked_per_s)),
