@@ -1,0 +1,127 @@
+"""The message contract: documented examples validate, encoding round-trips, bad input is rejected
+with a reason, the docs match the declarations, and the DDL applies twice."""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from collectors.envelope import encode_batch
+from collectors.schema import KINDS
+from pipeline import docgen
+from pipeline.ddl import migrate
+from pipeline.store import ChdbStore
+from pipeline.validate import Envelope, Limits, Rejected, decode, to_tables
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+NOW = 1796200000950
+OPEN = Limits(max_past_ms=10**13, max_future_ms=10**13)
+
+
+def doc_examples():
+    text = (DOCS / "messages.md").read_text()
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.S)]
+
+
+def test_docs_are_generated_from_the_declarations():
+    if os.environ.get("GOODPUT_UPDATE_GOLDEN"):
+        docgen.write()
+    assert (DOCS / "messages.md").read_text() == docgen.messages_md(), "run: python -m pipeline.docgen"
+    assert (DOCS / "clickhouse.md").read_text() == docgen.clickhouse_md(), "run: python -m pipeline.docgen"
+
+
+def test_every_kind_has_a_documented_example_that_validates():
+    examples = doc_examples()
+    assert {e["kind"] for e in examples} == set(KINDS)
+    for doc in examples:
+        env = decode(json.dumps(doc).encode(), OPEN, expected_kind=doc["kind"])
+        assert isinstance(env, Envelope), env
+        tables, rejected = to_tables([env], NOW, OPEN)
+        assert not rejected and tables[doc["kind"]].num_rows == len(next(iter(doc["columns"].values())))
+
+
+def test_encode_decode_round_trip_keeps_values_and_absence():
+    cols = {"ts_ms": [NOW, NOW], "gpu": [0, 1], "uuid": ["GPU-a", "GPU-b"], "power_w": [500.5, None]}
+    raw = encode_batch(kind="gpu", cluster="c", node="n1", seq=7, sent_ms=NOW, columns=cols, agent="t")
+    env = decode(raw, OPEN, "gpu")
+    assert (env.cluster, env.node, env.seq, env.rows) == ("c", "n1", 7, 2)
+    table = to_tables([env], NOW, OPEN)[0]["gpu"]
+    assert table.column("power_w").to_pylist() == [500.5, None]
+    assert table.column("sm_active_pct").null_count == 2  # absent field: null, never zero
+    assert table.column("seq").to_pylist() == [7, 7]
+
+
+def test_encoder_refuses_what_the_loader_would_reject():
+    with pytest.raises(ValueError, match="not in schema"):
+        encode_batch(kind="gpu", cluster="c", node="n", seq=0, sent_ms=NOW, columns={"bogus": [1]}, agent="t")
+    with pytest.raises(ValueError, match="differ in length"):
+        encode_batch(kind="gpu", cluster="c", node="n", seq=0, sent_ms=NOW,
+                     columns={"ts_ms": [1, 2], "gpu": [0]}, agent="t")
+
+
+def _env(**over):
+    doc = {"schema_version": 1, "kind": "gpu", "cluster": "c", "node": "n1", "seq": 0, "sent_ms": NOW,
+           "agent": "t", "columns": {"ts_ms": [NOW], "gpu": [0], "uuid": ["GPU-a"], "power_w": [300.0]}}
+    doc.update(over)
+    return json.dumps(doc).encode()
+
+
+def _cols(**over):
+    cols = {"ts_ms": [NOW], "gpu": [0], "uuid": ["GPU-a"], "power_w": [300.0]}
+    cols.update(over)
+    return _env(columns=cols)
+
+
+MALFORMED = {
+    "not_json": b"{not json",
+    "non_finite": _env().replace(b"300.0", b"NaN"),
+    "bad_envelope": b"[1, 2]",
+    "unknown_version": _env(schema_version=2),
+    "unknown_kind": _env(kind="fan"),
+    "kind_mismatch": _env(kind="nic"),
+    "unknown_cluster": _env(cluster="other"),
+    "unknown_node": _env(node="stranger"),
+    "unknown_field": _cols(fan_rpm=[3]),
+    "ragged_columns": _cols(gpu=[0, 1]),
+    "empty_batch": _env(columns={"ts_ms": [], "gpu": [], "uuid": []}),
+    "missing_field": _cols(uuid=[None]),
+    "bad_type": _cols(power_w=["hot"]),
+    "out_of_range": _cols(power_w=[-5.0]),
+}
+
+
+@pytest.mark.parametrize("reason", list(MALFORMED))
+def test_malformed_messages_are_rejected_with_their_reason(reason):
+    limits = Limits(cluster="c", known_nodes=frozenset({"n1"}), max_past_ms=10**9, max_future_ms=10**6)
+    result = decode(MALFORMED[reason], limits, expected_kind="gpu")
+    if isinstance(result, Envelope):
+        _, rejected = to_tables([result], NOW, limits)
+        assert rejected, f"{reason}: accepted"
+        result = rejected[0][1]
+    assert isinstance(result, Rejected)
+    assert result.reason == reason and result.detail
+
+
+def test_timestamps_far_from_now_are_out_of_range():
+    limits = Limits(max_past_ms=60_000, max_future_ms=60_000)
+    env = decode(_cols(ts_ms=[NOW - 3_600_000]), limits, "gpu")
+    _, rejected = to_tables([env], NOW, limits)
+    assert rejected[0][1].reason == "out_of_range" and "ts_ms" in rejected[0][1].detail
+
+
+def test_one_bad_message_does_not_sink_its_neighbours():
+    envs = [decode(_cols(), OPEN, "gpu"), decode(_cols(power_w=["x"]), OPEN, "gpu"), decode(_cols(), OPEN, "gpu")]
+    tables, rejected = to_tables(envs, NOW, OPEN)
+    assert tables["gpu"].num_rows == 2 and len(rejected) == 1 and rejected[0][0] is envs[1]
+
+
+def test_ddl_applies_twice_and_records_its_version(tmp_path):
+    with ChdbStore(tmp_path / "s") as store:
+        assert migrate(store) == migrate(store) == 1
+        names = set(store.query_arrow("SELECT name FROM system.tables WHERE database = currentDatabase()")
+                    .column("name").to_pylist())
+        assert {"raw_gpu", "raw_nic", "raw_storage", "raw_job", "raw_step", "dead_letters", "goodput_windows",
+                "job_summary", "team_day", "scheduling_delay"} <= names
+        assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 1
