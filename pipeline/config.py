@@ -12,11 +12,12 @@ The format is documented in docs/config.md and versioned by `schema_version`.
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from collectors.hostlist import expand as expand_nodes
 
 CONFIG_VERSION = 1
 POOL_CLASSES = ("core", "shared", "experiment")
@@ -25,29 +26,6 @@ EXAMPLE_CONFIG = Path(__file__).with_name("example_config.toml")
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key and what is expected."""
-
-
-def expand_nodes(spec: str) -> list[str]:
-    """Node names from a Slurm-style host list: 'gpu-[001-004,010],login1' → gpu-001 … login1.
-
-    Zero padding follows the range's first bound, as Slurm does.
-    """
-    names: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", spec):
-        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part.strip())
-        if not m:
-            if part.strip():
-                names.append(part.strip())
-            continue
-        prefix, ranges, suffix = m.groups()
-        for r in ranges.split(","):
-            lo, _, hi = r.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                raise ConfigError(f"bad host range {r!r} in {spec!r}: expected N or N-M")
-            width = len(lo)
-            for i in range(int(lo), int(hi or lo) + 1):
-                names.append(f"{prefix}{i:0{width}d}{suffix}")
-    return names
 
 
 @dataclass(frozen=True)
