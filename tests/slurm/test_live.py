@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from collectors.base import CollectorError
 from collectors.slurm import SlurmCollector, SubprocessRunner
 
 pytestmark = pytest.mark.slurm
@@ -202,3 +203,10 @@ def test_time_limit_is_failed_with_reason_timeout(slurm_cluster, timeout_job):
     assert failed["ts_ms"] - running["ts_ms"] >= 60_000
     assert w.one(timeout_job, "released")["ts_ms"] == failed["ts_ms"]
     assert_common(failed, c, gpus=0)
+
+
+def test_squeue_that_cannot_read_its_config_is_a_collector_error_within_the_timeout(slurm_cluster):
+    """squeue retries a missing slurm.conf for 60 s; the runner's timeout bounds that and says so."""
+    env = {**slurm_cluster.env, "SLURM_CONF": str(slurm_cluster.root / "missing.conf")}
+    with pytest.raises(CollectorError, match=r"squeue --json did not answer within 2 s"):
+        SlurmCollector(SubprocessRunner(timeout_s=2, env=env)).collect(0)
