@@ -75,6 +75,9 @@ class KafkaSettings:
     bootstrap_timeout_ms: int = 30_000
     """How long making a client waits for the first broker answer before raising TransportError."""
     retry_backoff_ms: int = 200
+    reconnect_backoff_max_ms: int = 5_000
+    """Cap of the (jittered, exponential) reconnect backoff: kafka-python's 30 s default would leave
+    agents idle up to half a minute after the brokers are back."""
     max_block_ms: int = 10_000
     max_pending_bytes: int = 64 * 1024 * 1024
 
@@ -138,6 +141,7 @@ class KafkaSettings:
             "request_timeout_ms": self.request_timeout_ms,
             "bootstrap_timeout_ms": self.bootstrap_timeout_ms,
             "retry_backoff_ms": self.retry_backoff_ms,
+            "reconnect_backoff_max_ms": self.reconnect_backoff_max_ms,
         }
         if self.security_protocol in ("SSL", "SASL_SSL"):
             kw["ssl_check_hostname"] = self.ssl_check_hostname
