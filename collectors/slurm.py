@@ -1,4 +1,4 @@
-"""Slurm job-state collector: `squeue --json` polled, job lifecycle events emitted on change.
+"""Slurm job-state collector: `squeue --json --states=all` polled, job lifecycle events emitted on change.
 
 Slurm keeps no event log an agent could tail, so the collector keeps the last state it saw per job
 and turns differences between polls into the schema's JOB events (see docs/slurm.md for the full
@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 Runner = Callable[[Sequence[str]], str]
 """Runs a command (argv) and returns its stdout; raises CollectorError/CollectorUnavailable."""
 
-SQUEUE = ("squeue", "--json")
+SQUEUE = ("squeue", "--json", "--states=all")
+"""All states asked for explicitly: 22.05 lists ended jobs with --json anyway, but plain squeue's default
+filter (pending, running, completing) would hide them wherever a release applies it to --json."""
 
 TERMINAL: dict[str, tuple[str, str | None]] = {
     # base state -> (event, reason); reason None means "derived from the exit code"

@@ -208,5 +208,5 @@ def test_time_limit_is_failed_with_reason_timeout(slurm_cluster, timeout_job):
 def test_squeue_that_cannot_read_its_config_is_a_collector_error_within_the_timeout(slurm_cluster):
     """squeue retries a missing slurm.conf for 60 s; the runner's timeout bounds that and says so."""
     env = {**slurm_cluster.env, "SLURM_CONF": str(slurm_cluster.root / "missing.conf")}
-    with pytest.raises(CollectorError, match=r"squeue --json did not answer within 2 s"):
+    with pytest.raises(CollectorError, match=r"squeue --json --states=all did not answer within 2 s"):
         SlurmCollector(SubprocessRunner(timeout_s=2, env=env)).collect(0)
