@@ -161,6 +161,8 @@ class KafkaSettings:
         hint = f"check that the brokers at {self.bootstrap} are up and reachable"
         if self.security_protocol != "PLAINTEXT":
             hint += f", that they expect {self.security_protocol}"
+            hint += (f", that ssl_cafile ({self.ssl_cafile}) signed their certificate" if self.ssl_cafile
+                     else ", that the system CAs trust their certificate (else set ssl_cafile)")
         if self.security_protocol == "SASL_SSL":
             hint += (f" with {self.sasl_mechanism}, and that ${self.sasl_username_env} / "
                      f"${self.sasl_password_env} hold valid credentials")
@@ -170,6 +172,13 @@ class KafkaSettings:
 def _env_key(key: str) -> str:
     return {"password": "sasl_password_env", "sasl_plain_password": "sasl_password_env",
             "sasl_plain_username": "sasl_username_env", "username": "sasl_username_env"}.get(key, f"{key}_env")
+
+
+def _why(e: BaseException) -> str:
+    """An exception as 'Type: message', once (kafka-python's messages often start with the type)."""
+    text = str(e)
+    name = type(e).__name__
+    return text if text.startswith(name) else f"{name}: {text}" if text else name
 
 
 def _secret(env: Mapping[str, str], var: str | None, key: str) -> str:
@@ -223,7 +232,7 @@ class KafkaProducerTransport:
                 allow_auto_create_topics=False,
             )
         except KafkaError as e:
-            raise TransportError(f"Kafka producer could not start: {type(e).__name__}: {e}; {s.what_to_check()}") from e
+            raise TransportError(f"Kafka producer could not start: {_why(e)}; {s.what_to_check()}") from e
 
     @property
     def idempotent(self) -> bool:
@@ -257,7 +266,7 @@ class KafkaProducerTransport:
         except KafkaError as e:
             self._settle(size)
             raise KafkaSendError(
-                f"Kafka send to {topic} failed: {type(e).__name__}: {e}; does the topic exist "
+                f"Kafka send to {topic} failed: {_why(e)}; does the topic exist "
                 f"(ensure_topics)? {self.settings.what_to_check()}",
                 [record],
             ) from e
@@ -294,7 +303,7 @@ class KafkaProducerTransport:
             first = failed[0][2]
             raise KafkaSendError(
                 f"Kafka producer could not deliver {len(failed)} records (first error: "
-                f"{type(first).__name__}: {first}); {self.settings.what_to_check()}",
+                f"{_why(first)}); {self.settings.what_to_check()}",
                 [rec for _, rec, _ in failed],
             )
 
@@ -335,7 +344,7 @@ class KafkaConsumerTransport:
             )
         except KafkaError as e:
             raise TransportError(
-                f"Kafka consumer (group {self.group_id}) could not start: {type(e).__name__}: {e}; "
+                f"Kafka consumer (group {self.group_id}) could not start: {_why(e)}; "
                 f"{s.what_to_check()}"
             ) from e
 
@@ -348,7 +357,7 @@ class KafkaConsumerTransport:
         try:
             batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as e:
-            raise TransportError(f"Kafka poll (group {self.group_id}) failed: {type(e).__name__}: {e}; "
+            raise TransportError(f"Kafka poll (group {self.group_id}) failed: {_why(e)}; "
                                  f"{self.settings.what_to_check()}") from e
         return [
             Record(tp.topic, tp.partition, m.offset, m.key, m.value)
@@ -378,7 +387,7 @@ class KafkaConsumerTransport:
             self._consumer.commit(offsets)
         except KafkaError as e:
             raise TransportError(
-                f"Kafka commit (group {self.group_id}) failed: {type(e).__name__}: {e}; if the group "
+                f"Kafka commit (group {self.group_id}) failed: {_why(e)}; if the group "
                 f"rebalanced, the records are redelivered to the new owner; {self.settings.what_to_check()}"
             ) from e
         for tp, om in offsets.items():
@@ -406,7 +415,7 @@ class KafkaConsumerTransport:
                 out[(tp.topic, tp.partition)] = max(0, end[tp] - start)
             return out
         except KafkaError as e:
-            raise TransportError(f"Kafka lag query (group {self.group_id}) failed: {type(e).__name__}: {e}; "
+            raise TransportError(f"Kafka lag query (group {self.group_id}) failed: {_why(e)}; "
                                  f"{self.settings.what_to_check()}") from e
 
     def close(self) -> None:
@@ -437,7 +446,7 @@ def ensure_topics(
     try:
         admin = KafkaAdminClient(**s.client_kwargs(env), client_id=f"{s.client_id}-admin")
     except KafkaError as e:
-        raise TransportError(f"Kafka admin client could not start: {type(e).__name__}: {e}; {s.what_to_check()}") from e
+        raise TransportError(f"Kafka admin client could not start: {_why(e)}; {s.what_to_check()}") from e
     try:
         existing = set(admin.list_topics())
         missing = [n for n in names if n not in existing]
@@ -456,6 +465,6 @@ def ensure_topics(
             log.info("created Kafka topics %s with %d partitions", ", ".join(missing), partitions)
         return {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names)}
     except KafkaError as e:
-        raise TransportError(f"Kafka topic set-up failed: {type(e).__name__}: {e}; {s.what_to_check()}") from e
+        raise TransportError(f"Kafka topic set-up failed: {_why(e)}; {s.what_to_check()}") from e
     finally:
         admin.close()
