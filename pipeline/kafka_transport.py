@@ -200,9 +200,10 @@ class KafkaSendError(TransportError):
 class KafkaProducerTransport:
     """pipeline.transport.Producer over kafka-python's KafkaProducer.
 
-    `send` is asynchronous: it queues the record and returns. Delivery failures surface at the next
-    `flush` (or `send`) as a KafkaSendError listing every record that was not delivered; a record is
-    in exactly one of: delivered, still pending in the producer, or handed back in an error.
+    `send` is asynchronous: it queues the record and returns, raising KafkaSendError at once only
+    when the record cannot even be queued (unknown topic, `max_pending_bytes` reached). Delivery
+    failures surface at the next `flush` as a KafkaSendError listing every record not delivered; a
+    record is in exactly one of: delivered, still pending in the producer, or handed back in an error.
     """
 
     def __init__(self, settings: KafkaSettings | Mapping[str, Any] | str, *,
