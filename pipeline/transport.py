@@ -58,49 +58,29 @@ class InProcessTransport:
     """A producer and a consumer in one object, for one process.
 
     Every topic has a single partition 0; offsets start at 0 and grow by one per record, like a
-    fresh Kafka topic. Committed positions are kept so that `rewind()` can replay what was fetched
-    but not committed, which is what a restarted Kafka consumer sees.
+    fresh Kafka topic. Records are handed out once, in send order; nothing outlives the process, so
+    committing has nothing to record.
     """
 
     def __init__(self) -> None:
         self._log: dict[str, list[Record]] = {}
-        self._pending: deque[tuple[str, int]] = deque()
-        self._committed: dict[str, int] = {}
-        self._fetched: dict[str, int] = {}
+        self._pending: deque[Record] = deque()
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         log = self._log.setdefault(topic, [])
-        log.append(Record(topic, 0, len(log), key, value))
-        self._pending.append((topic, len(log) - 1))
+        record = Record(topic, 0, len(log), key, value)
+        log.append(record)
+        self._pending.append(record)
 
     def flush(self, timeout_s: float | None = None) -> None:
         return None
 
     def poll(self, max_records: int, timeout_s: float = 0.0) -> list[Record]:
-        out: list[Record] = []
-        while self._pending and len(out) < max_records:
-            topic, offset = self._pending.popleft()
-            out.append(self._log[topic][offset])
-            self._fetched[topic] = offset + 1
-        return out
+        n = min(max_records, len(self._pending))
+        return [self._pending.popleft() for _ in range(n)]
 
     def commit(self, records: Iterable[Record]) -> None:
-        for r in records:
-            self._committed[r.topic] = max(self._committed.get(r.topic, 0), r.offset + 1)
-
-    def committed(self, topic: str) -> int:
-        """The next offset a restarted consumer of `topic` would read."""
-        return self._committed.get(topic, 0)
-
-    def rewind(self) -> None:
-        """Forgets uncommitted fetches, as a consumer restart does: they will be delivered again."""
-        again = [
-            (topic, off)
-            for topic in self._log
-            for off in range(self._committed.get(topic, 0), self._fetched.get(topic, 0))
-        ]
-        self._pending.extendleft(reversed(again))
-        self._fetched = dict(self._committed)
+        return None
 
     def close(self) -> None:
         return None
