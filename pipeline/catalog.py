@@ -43,12 +43,19 @@ def agent_metrics() -> dict[str, tuple[str, str]]:
     }
 
 
-AGENT_SELF_METRICS = {
-    "goodput_collector_success": ("gauge", "1 if the collector's last run succeeded, else 0."),
-    "goodput_collector_duration_seconds": ("gauge", "Time the collector's last run took."),
-    "goodput_agent_send_errors_total": ("counter", "Batches the agent failed to hand to Kafka."),
-    "goodput_agent_spool_bytes": ("gauge", "Bytes waiting in the on-disk spool."),
-    "goodput_agent_spool_batches": ("gauge", "Batches waiting in the on-disk spool."),
-    "goodput_agent_spool_dropped_batches_total": ("counter", "Batches dropped because the spool was full."),
-    "goodput_agent_last_send_timestamp_seconds": ("gauge", "When a batch last reached Kafka."),
+AGENT_SELF_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "goodput_collector_success": ("gauge", "1 if the collector's last run succeeded, else 0.", ("collector",)),
+    "goodput_collector_duration_seconds": ("gauge", "Time the collector's last run took.", ("collector",)),
+    "goodput_collector_rows": ("gauge", "Rows the collector's last run returned.", ("collector",)),
+    "goodput_agent_batches_sent_total": ("counter", "Batches Kafka acknowledged (direct or replayed).", ("kind",)),
+    "goodput_agent_send_errors_total": ("counter", "Batches the agent failed to hand to Kafka (then spooled).",
+                                        ("kind",)),
+    "goodput_agent_spool_bytes": ("gauge", "Bytes the on-disk spool takes.", ()),
+    "goodput_agent_spool_batches": ("gauge", "Batches waiting in the on-disk spool.", ()),
+    "goodput_agent_spool_dropped_batches_total": ("counter", "Batches dropped because the spool was full.", ()),
+    "goodput_agent_spool_replayed_batches_total": ("counter", "Spooled batches Kafka later acknowledged.", ()),
+    "goodput_agent_last_send_timestamp_seconds": ("gauge", "When Kafka last acknowledged a batch.", ()),
+    "goodput_agent_step_events_rejected_total": ("counter", "Step datagrams that failed validation.", ()),
 }
+"""The agent's own health: name -> (type, help, label names). Counters end in `_total` here, as
+exposed (prometheus_client appends the suffix itself, so the agent strips it when declaring)."""
