@@ -49,6 +49,9 @@ class Field:
     """Multiplier from the field's unit to the metric's base unit (MHz -> Hz is 1e6)."""
     ch_type: str | None = None
     """ClickHouse column type when the default for `type` would lose precision (Float32 for a float)."""
+    label: str | None = None
+    """Prometheus label name this identifier field becomes on the kind's metrics (dcgm-exporter's
+    `gpu`/`UUID`/`modelName`, node_exporter's `device`/`port`); None: not a label."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +87,12 @@ GPU = Kind(
     "One row per GPU per collection tick (NVML). Rates are over the tick since the previous sample.",
     (
         TS,
-        Field("gpu", "int", "index", "NVML device index on the node.", required=True, min=0, max=63),
-        Field("uuid", "str", "", "GPU UUID (GPU-xxxxxxxx-...).", required=True),
-        Field("model", "str", "", "Product name, e.g. 'NVIDIA H100 80GB HBM3'."),
-        Field("pci_bus_id", "str", "", "PCI bus id, e.g. '00000000:18:00.0'."),
-        Field("job_id", "str", "", "Job whose process uses the GPU (cgroup / SLURM_JOB_ID / pod UID)."),
+        Field("gpu", "int", "index", "NVML device index on the node.", required=True, min=0, max=63, label="gpu"),
+        Field("uuid", "str", "", "GPU UUID (GPU-xxxxxxxx-...).", required=True, label="UUID"),
+        Field("model", "str", "", "Product name, e.g. 'NVIDIA H100 80GB HBM3'.", label="modelName"),
+        Field("pci_bus_id", "str", "", "PCI bus id, e.g. '00000000:18:00.0'.", label="pci_bus_id"),
+        Field("job_id", "str", "", "Job whose process uses the GPU (cgroup / SLURM_JOB_ID / pod UID).",
+              label="hpc_job"),
         Field("util_gpu_pct", "float", help="Time a kernel was running (coarse: any kernel counts).",
               metric="goodput_gpu_utilization_percent", metric_type="gauge", **PCT),
         Field("util_mem_pct", "float", help="Time device memory was being read or written.",
@@ -146,8 +150,8 @@ NIC = Kind(
     "One row per RDMA port per tick (/sys/class/infiniband counters and hw_counters, ethtool PFC).",
     (
         TS,
-        Field("device", "str", "", "RDMA device, e.g. mlx5_0.", required=True),
-        Field("port", "int", "", "Port number (1-based).", required=True, min=0, max=255),
+        Field("device", "str", "", "RDMA device, e.g. mlx5_0.", required=True, label="device"),
+        Field("port", "int", "", "Port number (1-based).", required=True, min=0, max=255, label="port"),
         Field("link_layer", "str", "", "InfiniBand or Ethernet (RoCE).", enum=("InfiniBand", "Ethernet")),
         Field("state", "str", "", "Port state, e.g. ACTIVE, DOWN."),
         Field("rate_gbps", "float", "Gb/s", "Link rate.", min=0.0,
@@ -199,8 +203,9 @@ STORAGE = Kind(
     (
         TS,
         Field("source", "str", "", "disk | nfs | lustre | psi.", required=True,
-              enum=("disk", "nfs", "lustre", "psi")),
-        Field("device", "str", "", "Device name, mount point or Lustre fs; 'io' for psi.", required=True),
+              enum=("disk", "nfs", "lustre", "psi"), label="source"),
+        Field("device", "str", "", "Device name, mount point or Lustre fs; 'io' for psi.", required=True,
+              label="device"),
         Field("read_bytes_per_s", "float", "bytes/s", "Bytes read.",
               metric="goodput_storage_read_bytes_per_second", metric_type="gauge", **RATE),
         Field("write_bytes_per_s", "float", "bytes/s", "Bytes written.",

@@ -78,8 +78,11 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
     out += ["", "## Envelope", "| field | type | meaning |", "|---|---|---|"]
     out += [f"| `{n}` | {t} | {h} |" for n, t, h in ENVELOPE_FIELDS]
     for k in KINDS.values():
-        out += ["", f"## Kind `{k.name}`", "", k.help, "",
-                "| field | type | unit | required | range | ClickHouse | Prometheus metric | meaning |",
+        labels = [f"`{f.label}` ({f.name})" for f in k.fields if f.label]
+        out += ["", f"## Kind `{k.name}`", "", k.help, ""]
+        if labels:
+            out += ["Prometheus labels on this kind's metrics (agent `/metrics`): " + ", ".join(labels) + ".", ""]
+        out += ["| field | type | unit | required | range | ClickHouse | Prometheus metric | meaning |",
                 "|---|---|---|---|---|---|---|---|"]
         for f in k.fields:
             rng = "" if f.min is None and f.max is None else f"[{'' if f.min is None else f.min}, {'' if f.max is None else f.max}]"
