@@ -9,9 +9,16 @@ column, the docs row and the validation in one edit. Choices that matter for the
 - ReplacingMergeTree on that key plus insert-deduplication tokens: a batch delivered twice is one row
   set (docs/clickhouse.md lists the failure cases each covers).
 - Codecs: DoubleDelta for time, ZSTD(1) elsewhere; LowCardinality for names.
+
+The same statements serve one server (chDB or a ClickHouse server: tables under their catalog names)
+and a cluster (`cluster_ddl`): there each table becomes a replicated local table `<name>_local`, created
+ON CLUSTER, plus a Distributed table under the catalog name, so analyzers, dashboards and alerts keep
+their table names (docs/clickhouse-server.md).
 """
 
 from __future__ import annotations
+
+import re
 
 import pyarrow as pa
 
@@ -189,9 +196,84 @@ def all_ddl() -> list[str]:
     return [raw_table_ddl(k) for k in KINDS.values()] + [s.strip() for s in FIXED_TABLES.values()]
 
 
-def migrate(store: Store) -> int:
-    """Creates every table that is missing and records the schema version. Safe to run repeatedly."""
+MIN_SERVER_VERSION = (23, 8)
+"""Oldest ClickHouse server the schema and analyzers run on (chDB always embeds a newer engine)."""
+FULL_SCHEMA_NEEDS = ("the goodput schema (DateTime64, Bool, column CODECs, TTL, "
+                     "non_replicated_deduplication_window, insert_deduplication_token) and its analyzers "
+                     "(window functions, lightweight DELETE, CREATE OR REPLACE)")
+
+REPLICA_PATH = "/clickhouse/tables/{shard}/{database}/{table}"
+"""Keeper path of each replicated local table; {shard}, {database} and {table} are server macros
+(shard from each server's <macros>, the other two filled in by ClickHouse itself)."""
+LOCAL_SUFFIX = "_local"
+
+SHARD_KEYS: dict[str, str] = {
+    **{catalog.RAW_TABLES[k.name]: f"cityHash64({'job_id' if k.key[0] == 'job_id' else k.sender_column})"
+       for k in KINDS.values()},
+    catalog.SCHEMA_MIGRATIONS: "version",
+    catalog.DEAD_LETTERS: "cityHash64(source, partition, offset)",
+    catalog.INGESTED_BATCHES: "cityHash64(node)",
+    catalog.DIM_NODES: "cityHash64(node)",
+    catalog.DIM_POOLS: "cityHash64(pool)",
+    catalog.DIM_ACCOUNTS: "cityHash64(account)",
+    catalog.GOODPUT_WINDOWS: "cityHash64(job_id)",
+    catalog.JOB_SUMMARY: "cityHash64(job_id)",
+    catalog.TEAM_DAY: "cityHash64(team)",
+    catalog.SCHEDULING_DELAY: "cityHash64(job_id)",
+}
+"""How Distributed tables spread rows over shards. Deterministic, never rand(): a retried insert splits
+the same way, so each shard sees the same block again and drops it by its deduplication token. Raw
+tables are sharded by a leading ORDER BY column (node, or job_id for job and step events), so the
+duplicates ReplacingMergeTree collapses always meet on one shard."""
+
+_ENGINE = re.compile(r"ENGINE = (ReplacingMergeTree|MergeTree)\b")
+
+
+def table_name(statement: str) -> str:
+    return statement.split("EXISTS ", 1)[1].split(" ", 1)[0]
+
+
+def cluster_ddl(cluster: str, database: str, *, replicated: bool = True, on_cluster: bool = True) -> list[str]:
+    """The schema for a sharded cluster: per table a local table `<name>_local` and a Distributed table
+    `<name>` over it. `replicated` picks Replicated*MergeTree engines (Keeper paths from the server
+    macros); `on_cluster` adds ON CLUSTER so one statement creates the table on every host. Both are on
+    in production; tests turn them off to have an engine without Keeper accept the rest."""
+    on = f" ON CLUSTER {cluster}" if on_cluster else ""
+    out = []
     for statement in all_ddl():
+        name = table_name(statement)
+        if name not in SHARD_KEYS:
+            raise KeyError(f"table {name} has no shard key: add it to pipeline.ddl.SHARD_KEYS")
+        local = name + LOCAL_SUFFIX
+        head = f"CREATE TABLE IF NOT EXISTS {name} "
+        if not statement.startswith(head):
+            raise ValueError(f"cannot render {name} for a cluster: its DDL does not start with {head!r}")
+        local_ddl = f"CREATE TABLE IF NOT EXISTS {local}{on} " + statement[len(head):]
+        if replicated:
+            local_ddl, n = _ENGINE.subn(
+                lambda m: f"ENGINE = Replicated{m[1]}('{REPLICA_PATH}', '{{replica}}')", local_ddl)
+            if n != 1:
+                raise ValueError(f"cannot render {name} for a cluster: expected one MergeTree engine, found {n}")
+            # Replicated tables deduplicate inserts natively, over this many recent blocks.
+            local_ddl = local_ddl.replace("non_replicated_deduplication_window", "replicated_deduplication_window")
+        out.append(local_ddl)
+        out.append(f"CREATE TABLE IF NOT EXISTS {name}{on} AS {database}.{local}\n"
+                   f"ENGINE = Distributed({cluster}, {database}, {local}, {SHARD_KEYS[name]})")
+    return out
+
+
+def migrate(store: Store) -> int:
+    """Creates every table that is missing and records the schema version. Safe to run repeatedly.
+
+    A server store (pipeline.server_store.ServerStore) first proves the server is new enough
+    (`require_version`) and, when configured with a cluster, gets the replicated and Distributed layout
+    of `cluster_ddl`; the embedded chDB store has neither attribute and gets `all_ddl()`."""
+    require_version = getattr(store, "require_version", None)
+    if require_version is not None:
+        require_version(MIN_SERVER_VERSION, FULL_SCHEMA_NEEDS)
+    cluster = getattr(store, "cluster", None)
+    statements = all_ddl() if cluster is None else cluster_ddl(cluster, store.database)
+    for statement in statements:
         store.execute(statement)
     done = store.query_arrow(f"SELECT count() AS n FROM {catalog.SCHEMA_MIGRATIONS} "
                              f"WHERE version = {catalog.SCHEMA_VERSION_DDL}").column("n")[0].as_py()
