@@ -1,4 +1,5 @@
-"""Where goodput keeps its tables: one small Store interface, the embedded chDB store behind it.
+"""Where goodput keeps its tables: one small Store interface, the embedded chDB store behind it (and a
+ClickHouse server, pipeline/server_store.py).
 
 The analyzers are ClickHouse SQL and run unchanged on every store. Data moves in and out as Arrow
 tables: columnar end to end, no per-row Python objects on the hot path.
@@ -65,7 +66,9 @@ class ChdbStore:
             raise StoreLocked(
                 f"the goodput store {self.path} is in use by {holder}. chDB allows one process per "
                 f"data directory: stop that process, or point this command at its own --store/--out "
-                f"directory, or (for a running `goodput serve`) ask it over HTTP instead"
+                f"directory. A loader service (`goodput ingest --config FILE`) runs the analyzers itself "
+                f"with --analyze-every SECONDS; for other processes to read while it loads, use a "
+                f"ClickHouse server store ([store] kind = \"server\", docs/loader.md)"
             ) from None
         self._lock_file.seek(0)
         self._lock_file.truncate()
@@ -115,8 +118,13 @@ class ChdbStore:
         self.close()
 
 
-def open_store(kind: str, path: str | os.PathLike) -> Store:
-    """The store named by configuration. The server store arrives with pipeline/server_store.py."""
+def open_store(kind: str, path: str | os.PathLike, server: dict | None = None) -> Store:
+    """The store named by configuration: "chdb" in directory `path`, or "server", a ClickHouse server
+    described by the `[store.server]` table (pipeline/server_store.py, docs/clickhouse-server.md)."""
     if kind == "chdb":
         return ChdbStore(path)
-    raise StoreError(f"store kind {kind!r} is not available in this build; use 'chdb'")
+    if kind == "server":
+        from pipeline.server_store import ServerConfig, ServerStore  # the driver loads only when used
+
+        return ServerStore(ServerConfig.parse(server or {}))
+    raise StoreError(f"store kind {kind!r} is not known; use 'chdb' or 'server'")

@@ -1,0 +1,336 @@
+"""The ClickHouse-server store: the Store interface of pipeline/store.py over the native protocol.
+
+Why clickhouse-driver (native TCP, port 9000/9440) rather than HTTP: inserts travel as columnar blocks,
+LZ4-compressed, built from NumPy arrays without a text format in between, and query results come back
+as Arrow tables (the driver assembles them from the same blocks).
+
+Failures and retries: a server restarted mid-load must not lose data, so every statement is retried
+`retries` times with a doubling backoff (0.5 s up to 8 s) on network errors and on the few server
+errors that mean "try again" (Keeper hiccups, too many parts); only then does the caller get a
+`StoreError`, which names host:port and what to check. The loader commits nothing when insert_arrow
+raises, so its next attempt replays the same rows. An insert whose acknowledgement was lost may have
+been stored: the retry is dropped by the server when the table deduplicates inserts (Replicated
+tables; raw tables on >= 23.8 through non_replicated_deduplication_window) and the insert carries
+`insert_deduplication_token`. Servers older than 22.2 have no such setting; there the loader's
+sequence ledger (`ingested_batches` + SeqTracker) and ReplacingMergeTree are what keep rows single
+(docs/clickhouse-server.md).
+
+Versions: the connection reads `version()` once. The goodput schema needs ClickHouse >= 23.8;
+`require_version` (called by pipeline.ddl.migrate) refuses an older server with a message naming both.
+
+The password never appears in the config file, in logs or in error messages: the file names an
+environment variable (`password_env`) and the store reads it when it connects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.config import ConfigError
+from pipeline.store import StoreError, _first_line
+
+log = logging.getLogger("goodput.store.server")
+
+DEFAULT_PORT = 9000
+DEFAULT_SECURE_PORT = 9440
+COMPRESSION = {"lz4": "lz4", "lz4hc": "lz4hc", "none": False}
+"""LZ4 needs the `lz4` and `clickhouse-cityhash` packages (both goodput dependencies). ZSTD is left out:
+the driver's ZSTD needs the separate `zstd` package, and LZ4 is ClickHouse's own default."""
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 8.0
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INSERT_SELECT = re.compile(r"\s*INSERT\s+INTO\s+[^;]*?\bSELECT\b", re.IGNORECASE | re.DOTALL)
+
+AUTH_CODES = {192: "unknown user", 193: "wrong password", 194: "password required", 516: "authentication failed"}
+UNKNOWN_DATABASE = 81
+UNKNOWN_STATUS_OF_INSERT = 319
+TRANSIENT_CODES = {
+    202: "too many simultaneous queries",
+    209: "socket timeout",
+    210: "network error",
+    242: "table is read-only (replica lost its Keeper session)",
+    252: "too many parts (merges are behind)",
+    319: "unknown status of insert (Keeper connection lost during the insert)",
+    999: "Keeper error",
+}
+"""Server error codes after which the same statement may succeed; everything else fails at once."""
+
+
+class StoreVersionError(StoreError):
+    """The server is too old for what was asked of it."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """`[store.server]` in the configuration file. docs/clickhouse-server.md explains every key."""
+
+    host: str = "localhost"
+    port: int = 0
+    """0: 9000, or 9440 when `secure`."""
+    database: str = "default"
+    user: str = "default"
+    password_env: str = ""
+    """Name of the environment variable holding the password; "": connect without a password."""
+    secure: bool = False
+    ca_certs: str = ""
+    """PEM file of the CA that signed the server's certificate; "": the system's CAs."""
+    verify: bool = True
+    compression: str = "lz4"
+    connect_timeout_s: float = 10.0
+    send_receive_timeout_s: float = 300.0
+    retries: int = 5
+    cluster: str = ""
+    """Cluster name from the servers' <remote_servers>: the schema is created ON CLUSTER with
+    replicated local tables and Distributed tables (pipeline.ddl.cluster_ddl); "": one server."""
+
+    @classmethod
+    def parse(cls, table: dict, where: str = "store.server") -> "ServerConfig":
+        """Validates a TOML table: unknown keys, wrong types and a literal password are refused by name."""
+        if "password" in table:
+            raise ConfigError(
+                f"[{where}].password: passwords never live in the configuration file. Put it in an "
+                f"environment variable and name that variable instead: password_env = \"GOODPUT_CLICKHOUSE_PASSWORD\"")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(table) - set(known))
+        if unknown:
+            raise ConfigError(f"[{where}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        values = {}
+        for name, value in table.items():
+            kind = type(known[name].default)
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ConfigError(f"[{where}].{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            values[name] = value
+        cfg = cls(**values)
+        cfg._check(where)
+        return cfg
+
+    def _check(self, where: str) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"[{where}].port: {self.port} is not a TCP port (1-65535, or 0 for the default)")
+        for name in ("database", "cluster"):
+            value = getattr(self, name)
+            if value and not _NAME.fullmatch(value):
+                raise ConfigError(f"[{where}].{name}: {value!r} must be a plain identifier (letters, digits, _), "
+                                  f"since it is written into the DDL unquoted")
+        if self.compression not in COMPRESSION:
+            raise ConfigError(f"[{where}].compression: {self.compression!r} is not one of {', '.join(COMPRESSION)}")
+        if self.connect_timeout_s <= 0 or self.send_receive_timeout_s <= 0:
+            raise ConfigError(f"[{where}]: connect_timeout_s and send_receive_timeout_s must be > 0 seconds")
+        if self.retries < 0:
+            raise ConfigError(f"[{where}].retries: must be 0 or more, got {self.retries}")
+        if self.ca_certs and not Path(self.ca_certs).is_file():
+            raise ConfigError(f"[{where}].ca_certs: {self.ca_certs} is not a readable file")
+
+    @property
+    def effective_port(self) -> int:
+        return self.port or (DEFAULT_SECURE_PORT if self.secure else DEFAULT_PORT)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.effective_port}"
+
+    def password(self) -> str:
+        if not self.password_env:
+            return ""
+        value = os.environ.get(self.password_env)
+        if value is None:
+            raise StoreError(f"the environment variable {self.password_env} (named by [store.server].password_env) "
+                             f"is not set: export the ClickHouse password for user {self.user!r} in it")
+        return value
+
+
+def _driver_column(col: pa.ChunkedArray):
+    """One Arrow column in the form clickhouse-driver's NumPy columns write without per-value Python
+    work where the type allows: numbers as NumPy arrays, timestamps as a UTC DatetimeIndex (the driver
+    scales it to each DateTime/DateTime64 column; NaT is NULL), strings as object arrays, lists as
+    object arrays of Python lists (the driver has no NumPy Array column). Integers and booleans with nulls become
+    object arrays: NumPy has no null for them, and a float detour would lose int64 precision."""
+    import numpy as np
+    import pandas as pd
+
+    t = col.type
+    if pa.types.is_timestamp(t):
+        index = pd.DatetimeIndex(col.to_pandas())
+        return index.tz_localize("UTC") if index.tz is None else index
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or (
+            col.null_count and (pa.types.is_integer(t) or pa.types.is_boolean(t))):
+        # fromiter keeps one Python object per row (np.array would turn equal-length lists into 2-D).
+        return np.fromiter(col.to_pylist(), dtype=object, count=len(col))
+    return col.to_numpy()
+
+
+class _QuietArrayFallback(logging.Filter):
+    """The driver warns on every insert with an Array column that NumPy mode falls back to its generic
+    column for it. That is expected here (lists are handed over as lists) and would only bury real
+    warnings, so exactly that message is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).startswith("NumPy support is not implemented for")
+                    and bool(record.args) and str(record.args[0]).startswith("Array("))
+
+
+logging.getLogger("clickhouse_driver.columns.service").addFilter(_QuietArrayFallback())
+
+
+def _server_message(e) -> str:
+    """The server's own sentence, without the stack trace the server appends."""
+    return _first_line(str(e.message).split("Stack trace", 1)[0]).rstrip(". ,")
+
+
+def _is_tls_failure(e: Exception) -> bool:
+    return "[SSL" in str(e)
+
+
+class ServerStore:
+    """A ClickHouse server (or cluster) reached over the native protocol; see the module docstring."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        from clickhouse_driver import Client  # imported late: only the server store needs it
+
+        self.config = config
+        self.address = config.address
+        self.database = config.database
+        self.cluster = config.cluster or None
+        settings = {}
+        if self.cluster:
+            # A returned insert is on the shards (not queued on this server's disk), and IN/JOIN
+            # subqueries are computed once here and shipped: the analyzers' reads over Distributed
+            # tables then see the same rows as on one server.
+            settings = {"insert_distributed_sync": 1, "prefer_global_in_and_join": 1}
+        self._client = Client(
+            host=config.host, port=config.effective_port, database=config.database, user=config.user,
+            password=config.password(), secure=config.secure, verify=config.verify,
+            ca_certs=config.ca_certs or None, compression=COMPRESSION[config.compression],
+            connect_timeout=config.connect_timeout_s, send_receive_timeout=config.send_receive_timeout_s,
+            client_name="goodput", settings=settings,
+        )
+        self._token_warned = False
+        version, has_token = self._call(
+            "SELECT version(), (SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token')",
+            lambda sql: self._client.execute(sql))[0]
+        self.version_text = version
+        self.version = tuple(int(p) for p in re.findall(r"\d+", version)[:4])
+        self.supports_dedup_token = bool(has_token)
+        log.info("connected to ClickHouse %s at %s as %s (database %s%s)", version, self.address, config.user,
+                 self.database, f", cluster {self.cluster}" if self.cluster else "")
+
+    def require_version(self, minimum: tuple[int, ...], needs: str) -> None:
+        """Refuses a server older than `minimum`, naming both versions and what needs the newer one."""
+        if self.version[:len(minimum)] < minimum:
+            wanted = ".".join(str(p) for p in minimum)
+            raise StoreVersionError(
+                f"ClickHouse at {self.address} is version {self.version_text}, but {needs} need ClickHouse >= "
+                f"{wanted}. Upgrade the server (or point [store.server] at one >= {wanted}), or use the embedded "
+                f"store (kind = \"chdb\"); docs/clickhouse-server.md says what runs on older servers")
+
+    def execute(self, sql: str) -> None:
+        """Runs a statement. An INSERT ... SELECT cut off after it reached the server is not retried: it
+        may have been applied, and the analyzers' output tables do not deduplicate, so the caller must
+        rerun its whole step (the analyzers replace their range). Everything else goodput executes is
+        idempotent by form (IF NOT EXISTS, DELETE/TRUNCATE, CREATE OR REPLACE) and is retried."""
+        self._call(sql, lambda s: self._client.execute(s), retry_after_send=not _INSERT_SELECT.match(sql))
+
+    def query_arrow(self, sql: str) -> pa.Table:
+        return self._call(sql, lambda s: self._client.query_arrow(s, field_metadata=False))
+
+    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
+        """Columnar insert of `data` (one block up to 1,048,576 rows, so one part: all or nothing).
+
+        `dedup_token` goes to the server as insert_deduplication_token where the server knows that
+        setting; older servers get the rows without it (logged once) and rely on the loader's ledger."""
+        if data.num_rows == 0:
+            return
+        settings = {"use_numpy": True}
+        if dedup_token:
+            if self.supports_dedup_token:
+                settings["insert_deduplication_token"] = dedup_token
+            elif not self._token_warned:
+                self._token_warned = True
+                log.warning("ClickHouse %s at %s has no insert_deduplication_token: a replayed insert is not "
+                            "dropped by the server; the loader's sequence ledger and ReplacingMergeTree keep rows "
+                            "single", self.version_text, self.address)
+        columns = [_driver_column(c) for c in data.columns]
+        cols = ", ".join(f"`{c}`" for c in data.column_names)
+        self._call(f"INSERT INTO {table} ({cols}) VALUES",
+                   lambda s: self._client.execute(s, columns, columnar=True, settings=settings))
+
+    def _call(self, sql: str, run, retry_after_send: bool = True):
+        """Runs `run(sql)`, retrying transient failures; raises StoreError naming what to check.
+        With `retry_after_send` off, only failures before the statement was sent are retried."""
+        from clickhouse_driver import errors
+
+        started = time.monotonic()
+        attempts = self.config.retries + 1
+        for attempt in range(1, attempts + 1):
+            sent = False
+            try:
+                if not retry_after_send:
+                    conn = self._client.connection
+                    if not conn.connected or not conn.ping():
+                        conn.connect()  # a failure here means nothing was sent
+                sent = True
+                return run(sql)
+            except errors.ServerException as e:
+                if e.code in AUTH_CODES:
+                    raise self._auth_error(e) from None
+                if e.code == UNKNOWN_DATABASE and "atabase" in str(e.message):
+                    raise StoreError(f"ClickHouse at {self.address}: {_server_message(e)}. Create it "
+                                     f"(CREATE DATABASE {self.database}) or fix [store.server].database") from None
+                if e.code not in TRANSIENT_CODES:
+                    raise StoreError(f"ClickHouse at {self.address} refused [{_first_line(sql)}]: "
+                                     f"{_server_message(e)} (code {e.code})") from None
+                last = f"{TRANSIENT_CODES[e.code]}: {_server_message(e)}"
+                if e.code == UNKNOWN_STATUS_OF_INSERT and not retry_after_send:
+                    raise self._ambiguous(sql, last) from None
+            except (errors.NetworkError, errors.SocketTimeoutError, EOFError, OSError) as e:
+                if _is_tls_failure(e):
+                    raise StoreError(
+                        f"TLS with ClickHouse at {self.address} failed: {e}. Check [store.server].secure (the "
+                        f"server's TLS port, 9440 by default), ca_certs (the CA that signed the server's "
+                        f"certificate) and verify") from None
+                last = f"{type(e).__name__}: {e}"
+                if sent and not retry_after_send:
+                    raise self._ambiguous(sql, last) from None
+            except errors.Error as e:  # client side: a value that does not fit the column, ...
+                raise StoreError(f"ClickHouse client error for {self.address} [{_first_line(sql)}]: {e}") from None
+            if attempt < attempts:
+                delay = min(BACKOFF_FIRST_S * 2 ** (attempt - 1), BACKOFF_MAX_S)
+                log.warning("ClickHouse at %s: [%s] failed (%s); retry %d of %d in %.1f s", self.address,
+                            _first_line(sql)[:60], last, attempt, self.config.retries, delay)
+                time.sleep(delay)
+        raise StoreError(
+            f"ClickHouse at {self.address} did not answer [{_first_line(sql)}] after {attempts} attempts over "
+            f"{time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs and listens "
+            f"there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its error log "
+            f"(clickhouse-server.err.log). Nothing was committed, so retrying the same load is safe")
+
+    def _ambiguous(self, sql: str, what: str) -> StoreError:
+        return StoreError(
+            f"ClickHouse at {self.address}: [{_first_line(sql)}] was cut off ({what}). It may or may not have "
+            f"been applied, so it is not retried: rerun the step that issued it once the server answers again")
+
+    def _auth_error(self, e) -> StoreError:
+        where = (f"the environment variable {self.config.password_env} ([store.server].password_env)"
+                 if self.config.password_env else "no password: [store.server].password_env is not set")
+        return StoreError(
+            f"ClickHouse at {self.address} refused user {self.config.user!r}: {AUTH_CODES[e.code]} "
+            f"(code {e.code}). The password came from {where}; check it, and that the user exists and may "
+            f"connect from this host (users.xml <networks>, or CREATE USER ... HOST)")
+
+    def close(self) -> None:
+        self._client.disconnect()
+
+    def __enter__(self) -> "ServerStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
