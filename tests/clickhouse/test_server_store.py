@@ -1,0 +1,181 @@
+"""ServerStore against a real clickhouse-server (Debian's 18.16): connect, columnar insert and read back,
+Arrow types, TLS, and the failures a user meets first (wrong password, missing database, old server).
+
+Tables here use SQL that 18.16 accepts (no CODEC, TTL, DateTime64 or Bool): the full goodput schema is
+refused on it, which one test proves."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from pipeline import catalog, ddl
+from pipeline.server_store import ServerConfig, ServerStore
+from pipeline.store import StoreError, open_store
+from tests.fixtures.clickhouse import PASSWORD, PASSWORD_ENV
+
+pytestmark = pytest.mark.clickhouse_server
+
+
+@pytest.fixture
+def store(clickhouse_server):
+    s = ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+    yield s
+    s.close()
+
+
+def _table(store: ServerStore, columns: str, order_by: str) -> str:
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    store.execute(f"CREATE TABLE {name} ({columns}) ENGINE = MergeTree ORDER BY {order_by}")
+    return name
+
+
+def test_connects_and_reads_the_server_version(store, clickhouse_server):
+    assert store.version_text.startswith("18.16")
+    assert store.version[:2] == (18, 16)
+    assert store.address == f"127.0.0.1:{clickhouse_server.tcp_port}"
+    assert store.query_arrow("SELECT version() AS v").column("v")[0].as_py() == store.version_text
+    assert store.supports_dedup_token is False  # the setting arrived in ClickHouse 22.2
+
+
+def test_open_store_builds_a_server_store_from_the_config_table(clickhouse_server):
+    s = open_store("server", "ignored-for-servers", clickhouse_server.store_config())
+    try:
+        assert isinstance(s, ServerStore)
+        assert s.query_arrow("SELECT 1 + 1 AS n").column("n")[0].as_py() == 2
+    finally:
+        s.close()
+
+
+def test_columnar_insert_reads_back_exactly(store):
+    name = _table(store, "ts DateTime, id Int64, seq UInt64, node String, note Nullable(String), "
+                         "f32 Float32, f64 Float64, maybe Nullable(Int64), flag UInt8, big Int64, "
+                         "gpus Array(Int32), raw String", "(node, id)")
+    n = 5_000
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    data = pa.table({
+        "ts": pa.array([t0 + dt.timedelta(seconds=i) for i in range(n)], pa.timestamp("ms", tz="UTC")),
+        "id": pa.array(range(n), pa.int64()),
+        "seq": pa.array([2**64 - 1 - i for i in range(n)], pa.uint64()),
+        "node": [f"gpu-{i % 7:03d}" for i in range(n)],
+        "note": [None if i % 3 else f"ü-{i}" for i in range(n)],
+        "f32": pa.array([i / 4 for i in range(n)], pa.float32()),
+        "f64": pa.array([i / 3 for i in range(n)], pa.float64()),
+        "maybe": pa.array([None if i % 2 else 2**62 + i for i in range(n)], pa.int64()),
+        "flag": pa.array([i % 2 == 0 for i in range(n)], pa.bool_()),
+        "big": pa.array([-(2**63) + i for i in range(n)], pa.int64()),
+        "gpus": pa.array([list(range(i % 9)) for i in range(n)], pa.list_(pa.int32())),
+        "raw": pa.array([f"line {i}".encode() for i in range(n)], pa.binary()),
+    })
+    store.insert_arrow(name, data, dedup_token="ignored-by-18.16")
+    got = store.query_arrow(f"SELECT * FROM {name} ORDER BY id")
+    assert got.num_rows == n
+    expected = data.to_pydict()
+    rows = got.to_pydict()
+    assert rows["id"] == expected["id"]
+    assert rows["seq"] == expected["seq"]
+    assert rows["node"] == expected["node"]
+    assert rows["note"] == expected["note"]
+    assert rows["f32"] == expected["f32"]
+    assert rows["f64"] == expected["f64"]
+    assert rows["maybe"] == expected["maybe"]
+    assert rows["flag"] == [int(b) for b in expected["flag"]]
+    assert rows["big"] == expected["big"]
+    assert rows["gpus"] == expected["gpus"]
+    assert rows["raw"] == [b.decode() for b in expected["raw"]]
+    assert [t.replace(tzinfo=dt.timezone.utc) for t in rows["ts"]] == expected["ts"]
+
+
+def test_query_arrow_maps_clickhouse_types(store):
+    got = store.query_arrow(
+        "SELECT toInt8(-1) AS i8, toUInt32(7) AS u32, toInt64(-5) AS i64, toUInt64(18446744073709551615) AS u64, "
+        "toFloat32(0.5) AS f32, toFloat64(0.25) AS f64, 'text' AS s, toDate('2026-01-02') AS d, "
+        "toDateTime('2026-01-02 03:04:05', 'UTC') AS ts, [1, 2, 3] AS arr, CAST(NULL AS Nullable(Int64)) AS ni, "
+        "['a', 'b'] AS sarr")
+    types = {f.name: f.type for f in got.schema}
+    assert types["i8"] == pa.int8() and types["u32"] == pa.uint32() and types["i64"] == pa.int64()
+    assert types["u64"] == pa.uint64() and types["f32"] == pa.float32() and types["f64"] == pa.float64()
+    assert types["s"] == pa.string() and types["d"] == pa.date32()
+    assert types["ts"] == pa.timestamp("s", tz="UTC")
+    assert types["arr"] == pa.list_(pa.uint8()) and types["sarr"] == pa.list_(pa.string())
+    row = got.to_pylist()[0]
+    assert row["u64"] == 2**64 - 1
+    assert row["ts"] == dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    assert row["arr"] == [1, 2, 3] and row["ni"] is None and row["sarr"] == ["a", "b"]
+
+
+def test_empty_result_keeps_its_schema(store):
+    got = store.query_arrow("SELECT number AS n, toString(number) AS s FROM system.numbers LIMIT 0")
+    assert got.num_rows == 0
+    assert got.schema.names == ["n", "s"]
+
+
+def test_wrong_password_names_user_and_host_not_the_password(clickhouse_server, monkeypatch):
+    monkeypatch.setenv(PASSWORD_ENV, "not-the-" + PASSWORD)
+    with pytest.raises(StoreError) as e:
+        ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+    msg = str(e.value)
+    assert f"127.0.0.1:{clickhouse_server.tcp_port}" in msg
+    assert "'default'" in msg and "wrong password" in msg and PASSWORD_ENV in msg
+    assert PASSWORD not in msg
+
+
+def test_unset_password_variable_is_named(clickhouse_server, monkeypatch):
+    monkeypatch.delenv(PASSWORD_ENV)
+    with pytest.raises(StoreError, match=f"environment variable {PASSWORD_ENV} .* is not set"):
+        ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+
+
+def test_missing_database_says_how_to_create_it(clickhouse_server):
+    with pytest.raises(StoreError, match="CREATE DATABASE goodput_missing"):
+        ServerStore(ServerConfig.parse(clickhouse_server.store_config(database="goodput_missing")))
+
+
+def test_server_error_names_the_statement_and_is_not_retried(store):
+    with pytest.raises(StoreError) as e:
+        store.execute("SELECT no_such_column FROM system.one")
+    assert "SELECT no_such_column FROM system.one" in str(e.value)
+    assert "code 47" in str(e.value)  # UNKNOWN_IDENTIFIER
+    assert "Stack trace" not in str(e.value)
+
+
+def test_tls_with_the_servers_ca(clickhouse_server):
+    cfg = clickhouse_server.store_config(port=clickhouse_server.tcp_secure_port, secure=True,
+                                         ca_certs=str(clickhouse_server.ca_file))
+    with ServerStore(ServerConfig.parse(cfg)) as s:
+        assert s.query_arrow("SELECT 42 AS n").column("n")[0].as_py() == 42
+
+
+def test_tls_without_trusting_the_ca_fails_at_once_with_what_to_check(clickhouse_server):
+    cfg = clickhouse_server.store_config(port=clickhouse_server.tcp_secure_port, secure=True, retries=5)
+    with pytest.raises(StoreError, match="TLS with ClickHouse .* ca_certs") as e:
+        ServerStore(ServerConfig.parse(cfg))
+    assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
+
+
+def test_refuses_the_full_schema_on_18_16_naming_both_versions(store):
+    before = store.query_arrow("SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+                               f"AND name = '{catalog.SCHEMA_MIGRATIONS}'").column("n")[0].as_py()
+    with pytest.raises(StoreError) as e:
+        ddl.migrate(store)
+    msg = str(e.value)
+    assert "version 18.16.1" in msg and ">= 23.8" in msg and store.address in msg
+    after = store.query_arrow("SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+                              f"AND name = '{catalog.SCHEMA_MIGRATIONS}'").column("n")[0].as_py()
+    assert before == after == 0  # refused before any statement ran
+
+
+def test_unreachable_server_fails_after_the_configured_retries(clickhouse_server):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = clickhouse_server.store_config(port=port, retries=2, connect_timeout_s=1)
+    with pytest.raises(StoreError) as e:
+        ServerStore(ServerConfig.parse(cfg))
+    msg = str(e.value)
+    assert f"127.0.0.1:{port}" in msg and "after 3 attempts" in msg and "clickhouse-server runs" in msg
