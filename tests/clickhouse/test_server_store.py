@@ -179,3 +179,12 @@ def test_unreachable_server_fails_after_the_configured_retries(clickhouse_server
         ServerStore(ServerConfig.parse(cfg))
     msg = str(e.value)
     assert f"127.0.0.1:{port}" in msg and "after 3 attempts" in msg and "clickhouse-server runs" in msg
+
+
+def test_a_cluster_store_is_refused_before_any_on_cluster_statement(clickhouse_server):
+    with ServerStore(ServerConfig.parse(clickhouse_server.store_config(cluster="goodput"))) as s:
+        assert s.cluster == "goodput" and s.database == "default"
+        with pytest.raises(StoreError, match="version 18.16.1"):
+            ddl.migrate(s)
+        assert s.query_arrow("SELECT count() AS n FROM system.tables WHERE database = 'default' "
+                             "AND name LIKE '%\\\\_local'").column("n")[0].as_py() == 0
