@@ -24,30 +24,13 @@ from collectors.nvml import NvmlCollector  # noqa: E402
 from collectors.psi import PsiCollector  # noqa: E402
 from collectors.rdma import RdmaCollector  # noqa: E402
 from tests.collectors import trees  # noqa: E402
-from tests.collectors.fake_pynvml import FakeGpu, FakeNvml  # noqa: E402
-
-DISKS = "".join(f" 259 {i} nvme{i}n1 5000 0 400000 3000 8000 0 640000 9000 2 3000 12000 10 0 800 5 31 7\n"
-                f" 259 {i + 10} nvme{i}n1p1 4000 0 300000 1000 7000 0 600000 8000 0 2000 9000 0 0 0 0 0 0\n"
-                for i in range(4))
+from tests.collectors.fake_pynvml import FakeNvml  # noqa: E402
 
 
 def build(root: Path) -> dict[str, object]:
+    trees.write_typical_node(root, ports=8, osts=8)
     sysfs, proc, lustre = root / "sys", root / "proc", root / "lustre"
-    for i in range(8):
-        layer = "InfiniBand" if i < 6 else "Ethernet"
-        trees._ib_port(sysfs, f"devices/pci0000:00/0000:00:{i:02x}.0", f"mlx5_{i}", 1, layer=layer,
-                       state="4: ACTIVE", rate="400 Gb/sec (4X NDR)", counters=trees.ROCE_COUNTERS[0],
-                       hw=trees.ROCE_HW[0] | trees.IB_HW[0])
-    trees._write(proc / "diskstats", DISKS)
-    trees._write(proc / "pressure" / "io", trees.PSI[0])
-    trees._write(proc / "self" / "mountstats", trees.MOUNTSTATS[0])
-    trees._write(lustre / "llite" / "scratch-ffff8881a2b3c000" / "stats", trees.LLITE[0])
-    for ost in range(8):
-        trees._write(lustre / "osc" / f"scratch-OST{ost:04x}-osc-ffff8881a2b3c000" / "stats", trees.OSC[0])
-    gpus = [FakeGpu(i, pids=[], gpm={2: 60.0, 3: 40.0, 5: 30.0, 10: 70.0}) for i in range(8)]
-    for g in gpus:
-        g.nvlink_kib = {(fid, link): 1000 for link in range(g.nvlinks) for fid in (138, 139)}
-        g.nvlink_errors = {38: 0, 45: 0, 52: 0, 59: 0}
+    gpus = trees.typical_gpus(8)
     ethtool = trees.ETHTOOL[0]
     return {
         "nvml (8 GPUs)": NvmlCollector(FakeNvml(gpus), proc_root=proc),

@@ -203,3 +203,37 @@ def write_node(root: Path, tick: int) -> None:
     write_sysfs(root / "sys", tick)
     write_proc(root / "proc", tick)
     write_lustre(root / "proc" / "fs" / "lustre", tick)
+
+
+TYPICAL_DISKS = "".join(
+    f" 259 {i} nvme{i}n1 5000 0 400000 3000 8000 0 640000 9000 2 3000 12000 10 0 800 5 31 7\n"
+    f" 259 {i + 10} nvme{i}n1p1 4000 0 300000 1000 7000 0 600000 8000 0 2000 9000 0 0 0 0 0 0\n"
+    for i in range(4))
+
+
+def write_typical_node(root: Path, *, ports: int = 8, osts: int = 8) -> None:
+    """A typical 8-GPU training node's files: `ports` RDMA ports (the last two RoCE), 4 NVMe disks
+    with partitions, PSI, one NFS mount, and a Lustre client (`<root>/lustre`) with `osts` OSTs."""
+    sysfs, proc, lustre = root / "sys", root / "proc", root / "lustre"
+    for i in range(ports):
+        layer = "InfiniBand" if i < ports - 2 else "Ethernet"
+        _ib_port(sysfs, f"devices/pci0000:00/0000:00:{i:02x}.0", f"mlx5_{i}", 1, layer=layer,
+                 state="4: ACTIVE", rate="400 Gb/sec (4X NDR)", counters=ROCE_COUNTERS[0],
+                 hw=ROCE_HW[0] | IB_HW[0])
+    _write(proc / "diskstats", TYPICAL_DISKS)
+    _write(proc / "pressure" / "io", PSI[0])
+    _write(proc / "self" / "mountstats", MOUNTSTATS[0])
+    _write(lustre / "llite" / "scratch-ffff8881a2b3c000" / "stats", LLITE[0])
+    for ost in range(osts):
+        _write(lustre / "osc" / f"scratch-OST{ost:04x}-osc-ffff8881a2b3c000" / "stats", OSC[0])
+
+
+def typical_gpus(n: int = 8):
+    """n busy H100s for the fake NVML, with GPM, 18 NVLinks and their error counters."""
+    from tests.collectors.fake_pynvml import FakeGpu
+
+    gpus = [FakeGpu(i, pids=[], gpm={2: 60.0, 3: 40.0, 5: 30.0, 10: 70.0}) for i in range(n)]
+    for g in gpus:
+        g.nvlink_kib = {(fid, link): 1000 for link in range(g.nvlinks) for fid in (138, 139)}
+        g.nvlink_errors = {38: 0, 45: 0, 52: 0, 59: 0}
+    return gpus
