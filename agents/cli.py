@@ -38,6 +38,53 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_agent(args) -> int:
+    """The node agent daemon: runs until SIGTERM or SIGINT, then sends or spools what it has."""
+    import dataclasses
+    import faulthandler
+    import signal
+    import threading
+
+    from agents import logs
+    from agents.config import load_agent
+    from agents.daemon import Agent
+    from agents.seqstate import AgentStateError
+    from agents.sources import SourceFailed, build_collectors
+    from pipeline import config as config_mod
+    from pipeline.kafka_transport import KafkaProducerTransport, KafkaSettings
+
+    cfg = config_mod.load(args.config)
+    acfg = load_agent(args.config, node=args.node)
+    if args.state_dir:
+        acfg = dataclasses.replace(acfg, state_dir=args.state_dir)
+    logs.setup(acfg.log_format, logging.DEBUG if args.verbose else logging.INFO)
+    if cfg.transport.kind != "kafka":
+        raise ConfigError(f"{cfg.source}: the agent sends to Kafka: set [transport] kind = \"kafka\" and "
+                          f"[transport.kafka] bootstrap (or GOODPUT_KAFKA_BOOTSTRAP)")
+    known = cfg.known_nodes()
+    if known and acfg.node not in known:
+        raise ConfigError(f"{cfg.source}: node {acfg.node!r} is in no pool and not a control node, so the loader "
+                          f"would dead-letter its batches (unknown_node); add it to a pool's nodes, or set the "
+                          f"node name with --node / GOODPUT_NODE / [agent].node")
+    try:
+        settings = KafkaSettings.from_config(cfg.transport.kafka)
+    except ValueError as e:
+        raise ConfigError(f"{cfg.source}: {e}") from None
+    try:
+        collectors, _unavailable = build_collectors(acfg)
+        agent = Agent(acfg, cluster=cfg.cluster, topic_prefix=cfg.transport.topic_prefix, collectors=collectors,
+                      make_producer=lambda: KafkaProducerTransport(settings, client_id=f"goodput-agent-{acfg.node}"))
+    except (SourceFailed, AgentStateError) as e:
+        logging.getLogger("goodput.agent").error("agent cannot start: %s", e)
+        return 2
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to the log
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    agent.run(stop)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="goodput", description="GPU cluster goodput analytics")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -56,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_simulate)
+    p = sub.add_parser("agent", help="node agent: collectors → Kafka (spooled), Prometheus /metrics")
+    p.add_argument("--config", help="goodput TOML config with [agent] and [transport.kafka]")
+    p.add_argument("--node", help="node name (default: GOODPUT_NODE, [agent].node, the host name)")
+    p.add_argument("--state-dir", help="override [agent].state_dir (seq state and spool)")
+    p.set_defaults(func=cmd_agent)
     pipeline_cli.register(sub)
     return parser
 

@@ -20,7 +20,9 @@ Row = dict[str, Any]
 class CollectorUnavailable(Exception):
     """The source does not exist on this node (no NVML library, no InfiniBand devices, no Lustre).
 
-    Not a failure: the agent logs it once and stops calling the collector.
+    Not a failure at start-up: the agent logs it once and does not run the collector. Raised later
+    (the source went away: a driver reload removing /sys/class/infiniband), the agent reports the
+    collector as failing and keeps trying each tick, so it comes back by itself.
     """
 
 

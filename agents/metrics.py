@@ -1,0 +1,136 @@
+"""The agent's Prometheus endpoint: the latest samples as gauges and counters, plus its own health.
+
+Names come from the declarations, never from here: sample metrics from `collectors.schema` (each
+numeric field's `metric`, `metric_type`, `metric_scale`, and the identifier fields' `label`), self
+metrics from `pipeline.catalog.AGENT_SELF_METRICS`. Dashboards and alerts read the same tables.
+
+Samples are exported as of the last successful run of each collector and vanish when it fails
+(`goodput_collector_success` goes to 0 instead): a stale GPU utilisation that looks alive is worse
+than a gap. The values are built at scrape time from the rows the agent already has, so exporting costs
+nothing between scrapes. The GPU series also carry `Hostname`, as dcgm-exporter's do.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from collectors.base import Row
+from collectors.schema import KINDS
+from pipeline.catalog import AGENT_SELF_METRICS
+
+HOST_LABEL_KINDS = ("gpu",)
+
+
+class SampleExporter:
+    """A prometheus_client custom collector over the latest rows of every collector."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._rows: dict[str, tuple[str, list[Row]]] = {}
+        self._lock = threading.Lock()
+
+    def update(self, collector: str, kind: str, rows: list[Row]) -> None:
+        with self._lock:
+            self._rows[collector] = (kind, rows)
+
+    def forget(self, collector: str) -> None:
+        with self._lock:
+            self._rows.pop(collector, None)
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unchecked collector: families depend on what the node has
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            snapshot = list(self._rows.values())
+        for kind_name in KINDS:
+            rows = [r for kind, rs in snapshot if kind == kind_name for r in rs]
+            if rows:
+                yield from self._families(kind_name, rows)
+
+    def _families(self, kind_name: str, rows: list[Row]) -> Iterable[Metric]:
+        kind = KINDS[kind_name]
+        label_fields = [f for f in kind.fields if f.label]
+        names = [f.label for f in label_fields]
+        host = kind_name in HOST_LABEL_KINDS
+        if host:
+            names.append("Hostname")
+        labels = []
+        for r in rows:
+            values = ["" if r.get(f.name) is None else str(r[f.name]) for f in label_fields]
+            labels.append(values + [self.node] if host else values)
+        for f in kind.fields:
+            if not f.metric:
+                continue
+            if f.metric_type == "counter":
+                family: Metric = CounterMetricFamily(f.metric.removesuffix("_total"), f.help, labels=names)
+            else:
+                family = GaugeMetricFamily(f.metric, f.help, labels=names)
+            for r, lv in zip(rows, labels):
+                v = r.get(f.name)
+                if v is not None and not isinstance(v, (list, str)):
+                    family.add_metric(lv, float(v) * f.metric_scale)
+            if family.samples:
+                yield family
+
+
+class AgentMetrics:
+    """Self metrics (pipeline.catalog.AGENT_SELF_METRICS) and the sample exporter, on one registry."""
+
+    def __init__(self, node: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.samples = SampleExporter(node)
+        self.registry.register(self.samples)
+        self.m: dict[str, Gauge | Counter] = {}
+        for name, (mtype, help_text, labels) in AGENT_SELF_METRICS.items():
+            cls = Counter if mtype == "counter" else Gauge
+            self.m[name] = cls(name.removesuffix("_total") if cls is Counter else name, help_text,
+                               labelnames=labels, registry=self.registry)
+        self._server = None
+
+    def serve(self, host: str, port: int) -> tuple[str, int]:
+        """Starts the HTTP endpoint in a daemon thread; returns the bound address (port 0: any)."""
+        self._server, _thread = start_http_server(port, host, registry=self.registry)
+        return self._server.server_address[:2]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # ------------------------------------------------------------ what the agent reports
+
+    def collector_ran(self, collector: str, ok: bool, seconds: float, rows: int) -> None:
+        self.m["goodput_collector_success"].labels(collector).set(1 if ok else 0)
+        self.m["goodput_collector_duration_seconds"].labels(collector).set(seconds)
+        self.m["goodput_collector_rows"].labels(collector).set(rows)
+
+    def delivered(self, entries, replayed: int, now_s: float) -> None:
+        for e in entries:
+            self.m["goodput_agent_batches_sent_total"].labels(_kind(e.topic)).inc()
+        if replayed:
+            self.m["goodput_agent_spool_replayed_batches_total"].inc(replayed)
+        self.m["goodput_agent_last_send_timestamp_seconds"].set(now_s)
+
+    def failed(self, entries) -> None:
+        for e in entries:
+            self.m["goodput_agent_send_errors_total"].labels(_kind(e.topic)).inc()
+
+    def spool(self, stats, dropped_since_last: int) -> None:
+        self.m["goodput_agent_spool_bytes"].set(stats.bytes)
+        self.m["goodput_agent_spool_batches"].set(stats.batches)
+        if dropped_since_last:
+            self.m["goodput_agent_spool_dropped_batches_total"].inc(dropped_since_last)
+
+    def steps_rejected(self, n: int) -> None:
+        if n:
+            self.m["goodput_agent_step_events_rejected_total"].inc(n)
+
+
+def _kind(topic: str) -> str:
+    return topic.rsplit(".", 1)[-1]
