@@ -1,0 +1,20 @@
+"""A module-shaped fake NVML for agent processes: `[agent] nvml_module = "tests.agents.fake_nvml_module"`.
+
+The agent imports its NVML binding by module name, so a test can run the real agent (real
+NvmlCollector, real process) on a machine without GPUs. This module is the fake pynvml of the
+collector tests (tests/collectors/fake_pynvml.py, which answers with the real module's error codes)
+over `GOODPUT_FAKE_GPUS` (default 8) typical busy H100s.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tests.collectors.fake_pynvml import FakeNvml
+from tests.collectors.trees import typical_gpus
+
+_nvml = FakeNvml(typical_gpus(int(os.environ.get("GOODPUT_FAKE_GPUS", "8"))))
+
+
+def __getattr__(name: str):
+    return getattr(_nvml, name)

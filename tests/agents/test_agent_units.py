@@ -1,0 +1,196 @@
+"""The agent's parts without a broker: config, sequence state, batching, the sender's bookkeeping."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agents.config import DEFAULT_INTERVALS_S, parse_agent, parse_address
+from agents.daemon import columns
+from agents.metrics import AgentMetrics
+from agents.sender import SpoolSender
+from agents.seqstate import AgentStateError, SeqState
+from agents.spool import Spool
+from pipeline.config import ConfigError
+from pipeline.kafka_transport import KafkaSendError
+from pipeline.transport import TransportError
+
+
+# ------------------------------------------------------------------ config
+
+def test_agent_config_defaults_and_precedence():
+    cfg = parse_agent({}, env={}, node=None)
+    assert cfg.intervals_s == DEFAULT_INTERVALS_S and cfg.interval_s("job") == 5.0
+    assert "nvml" in cfg.collectors and "slurm" not in cfg.collectors
+    assert parse_agent({"node": "from-file"}, env={"GOODPUT_NODE": "from-env"}).node == "from-env"
+    assert parse_agent({"node": "from-file"}, env={"GOODPUT_NODE": "from-env"}, node="flag").node == "flag"
+    assert parse_agent({"node": "from-file"}, env={}).node == "from-file"
+    cfg = parse_agent({"intervals": {"gpu": 0.5}, "spool_fsync": "always"}, env={})
+    assert cfg.interval_s("gpu") == 0.5 and cfg.interval_s("nic") == 1.0 and cfg.spool_fsync == "always"
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"colectors": ["nvml"]}, "unknown key(s) colectors"),
+    ({"collectors": ["nvml", "dcgm"]}, "unknown dcgm"),
+    ({"intervals": {"gpus": 1}}, "gpus: not a signal kind"),
+    ({"intervals": {"gpu": 0}}, "seconds between"),
+    ({"spool_fsync": "sometimes"}, "spool_fsync"),
+    ({"spool_max_bytes": "1G"}, "spool_max_bytes: expected int"),
+    ({"metrics_address": "9477"}, "expected host:port"),
+    ({"collectors": ["jobfile"]}, "needs job_file"),
+    ({"log_format": "xml"}, "log_format"),
+])
+def test_agent_config_refuses_mistakes_by_name(table, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_agent(table, env={})
+
+
+def test_parse_address():
+    assert parse_address(":9477", "x") == ("0.0.0.0", 9477)
+    assert parse_address("[::1]:9477", "x") == ("::1", 9477)
+
+
+# ------------------------------------------------------------------ sequence numbers
+
+def test_seq_state_survives_restarts_and_refuses_another_nodes_file(tmp_path):
+    path = tmp_path / "seq.json"
+    s = SeqState(path, "n1")
+    assert [s.reserve("gpu") for _ in range(3)] == [0, 1, 2]
+    assert s.reserve("nic") == 0
+    again = SeqState(path, "n1")
+    assert again.reserve("gpu") == 3 and again.reserve("nic") == 1
+    again.floor("gpu", 10)
+    assert SeqState(path, "n1").reserve("gpu") == 10
+    with pytest.raises(AgentStateError, match="belongs to node 'n1'"):
+        SeqState(path, "n2")
+    path.write_text("{not json")
+    with pytest.raises(AgentStateError, match="max\\(seq\\) FROM ingested_batches"):
+        SeqState(path, "n1")
+
+
+# ------------------------------------------------------------------ batching
+
+def test_columns_leave_unmeasured_fields_out_and_null_where_a_row_lacks_them():
+    rows = [{"ts_ms": 1, "source": "disk", "device": "nvme0n1", "read_bytes_per_s": 5.0},
+            {"ts_ms": 1, "source": "psi", "device": "io", "psi_some_pct": 3.0}]
+    cols = columns("storage", rows)
+    assert list(cols) == ["ts_ms", "source", "device", "read_bytes_per_s", "psi_some_pct"]  # schema order
+    assert cols["read_bytes_per_s"] == [5.0, None] and cols["psi_some_pct"] == [None, 3.0]
+    assert "write_bytes_per_s" not in cols
+
+
+# ------------------------------------------------------------------ sender bookkeeping
+
+class ScriptedProducer:
+    """Stands in for Kafka only where a real broker cannot be made to fail on cue: it accepts sends
+    and, at flush, fails the records whose value is in `fail` (as KafkaSendError does)."""
+
+    def __init__(self, fail: set[bytes] = frozenset(), refuse_after: int | None = None):
+        self.fail, self.refuse_after = set(fail), refuse_after
+        self.sent: list[bytes] = []
+        self.pending_bytes = 0
+        self._queued: list[tuple[str, bytes, bytes]] = []
+
+    def send(self, topic, key, value):
+        if self.refuse_after is not None and len(self._queued) >= self.refuse_after:
+            raise KafkaSendError("max_pending_bytes reached", [(topic, key, value)])
+        self._queued.append((topic, key, value))
+
+    def flush(self, timeout_s=None):
+        queued, self._queued = self._queued, []
+        self.sent += [v for _, _, v in queued if v not in self.fail]
+        failed = [r for r in queued if r[2] in self.fail]
+        if failed:
+            raise KafkaSendError(f"{len(failed)} failed", failed)
+
+    def close(self, timeout_s=None):
+        pass
+
+
+class Recorder:
+    """The sender's metrics sink, counting what it is told."""
+
+    def __init__(self):
+        self.n_delivered, self.n_replayed, self.n_failed = 0, 0, 0
+
+    def delivered(self, entries, replayed, now_s):
+        self.n_delivered += len(entries)
+        self.n_replayed += replayed
+
+    def failed(self, entries):
+        self.n_failed += len(entries)
+
+
+def _sender(tmp_path, producer, preload: int = 0):
+    spool = Spool(tmp_path / "spool", fsync="never")
+    for i in range(preload):
+        spool.append("goodput.gpu", b"n", f"old-{i}".encode())
+    rec = Recorder()
+    sender = SpoolSender(spool, lambda: producer, rec, window=100)
+    sender._producer = producer
+    return sender, spool, rec
+
+
+def test_a_failed_batch_stops_the_ack_there_and_is_sent_again_in_order(tmp_path):
+    producer = ScriptedProducer(fail={b"v-3"})
+    sender, spool, rec = _sender(tmp_path, producer)
+    for i in range(6):
+        spool.append("goodput.gpu", b"n", f"v-{i}".encode())
+    entries = list(spool.replay())
+    assert sender.send_window(entries) == 3
+    assert [e.value for e in spool.replay()] == [b"v-3", b"v-4", b"v-5"], "acked exactly the prefix before v-3"
+    assert rec.n_delivered == 3 and rec.n_failed == 3
+    producer.fail.clear()
+    assert sender.send_window(list(spool.replay())) == 3
+    assert len(spool) == 0 and rec.n_replayed == 3, "the retried batches count as replayed"
+    assert producer.sent == [b"v-0", b"v-1", b"v-2", b"v-4", b"v-5", b"v-3", b"v-4", b"v-5"]
+
+
+def test_a_refused_send_leaves_the_rest_for_the_next_window(tmp_path):
+    producer = ScriptedProducer(refuse_after=2)
+    sender, spool, rec = _sender(tmp_path, producer, preload=5)
+    assert rec.n_replayed == 0
+    assert sender.send_window(list(spool.replay())) == 2
+    assert len(spool) == 3 and rec.n_replayed == 2, "batches present at start-up count as replayed"
+
+
+def test_a_producer_that_cannot_start_is_retried_without_losing_batches(tmp_path):
+    attempts = []
+
+    def make():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise TransportError("no broker answers")
+        return ScriptedProducer()
+
+    spool = Spool(tmp_path / "spool", fsync="never")
+    spool.append("goodput.gpu", b"n", b"v")
+    sender = SpoolSender(spool, make, Recorder(), backoff_s=0.01)
+    sender.start()
+    deadline = time.monotonic() + 10
+    while len(spool) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sender.stop(1.0)
+    assert len(attempts) == 3 and len(spool) == 0
+
+
+# ------------------------------------------------------------------ exporter
+
+def test_samples_exported_with_labels_scale_and_vanish_when_forgotten():
+    m = AgentMetrics("gpu-a-001")
+    m.samples.update("nvml", "gpu", [{"ts_ms": 1, "gpu": 0, "uuid": "GPU-x", "model": "H100", "sm_clock_mhz": 1980.0,
+                                      "energy_j": 12.5, "util_gpu_pct": None}])
+    m.collector_ran("nvml", True, 0.002, 1)
+    fams = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
+    clock = fams["goodput_gpu_sm_clock_hertz"].samples[0]
+    assert clock.value == 1.98e9
+    assert clock.labels == {"gpu": "0", "UUID": "GPU-x", "modelName": "H100", "pci_bus_id": "", "hpc_job": "",
+                            "Hostname": "gpu-a-001"}
+    assert fams["goodput_gpu_energy_joules"].samples[0].name == "goodput_gpu_energy_joules_total"
+    assert "goodput_gpu_utilization_percent" not in fams, "absent stays absent, never 0"
+    m.samples.forget("nvml")
+    fams = {f.name for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
+    assert "goodput_gpu_sm_clock_hertz" not in fams and "goodput_collector_success" in fams
