@@ -15,11 +15,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.schema import KINDS, SCHEMA_VERSION, Kind
+from collectors.schema import KINDS, SCHEMA_VERSION, Field, Kind
 from pipeline.ddl import arrow_type, column_name
 
 MAX_MESSAGE_BYTES = 16 * 2**20
@@ -56,6 +57,8 @@ class Limits:
     max_rows: int = 200_000
     max_past_ms: int = 30 * 86_400_000
     max_future_ms: int = 300_000
+    max_str_len: int = 1024
+    """Longest string value (characters): names and ids, never payloads; a longer one is an agent bug."""
 
 
 _NON_FINITE = re.compile(rb"[:,\[]\s*-?(NaN|Infinity)\b")
@@ -68,8 +71,9 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
     try:
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as e:
-        if _NON_FINITE.search(value):
-            return Rejected("non_finite", "NaN or Infinity is not valid JSON: send null for a value not measured")
+        if _NON_FINITE.search(value) or "infinity" in str(e):
+            return Rejected("non_finite", "NaN, Infinity or a number beyond the double range is not valid JSON: "
+                                          "send null for a value not measured")
         return Rejected("not_json", f"not a JSON envelope: {e}")
     if not isinstance(doc, dict):
         return Rejected("bad_envelope", f"top level is {type(doc).__name__}, expected an object")
@@ -86,12 +90,18 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         return Rejected("unknown_kind", f"kind {doc['kind']!r} is not one of {', '.join(KINDS)}")
     if expected_kind and kind.name != expected_kind:
         return Rejected("kind_mismatch", f"a {kind.name} batch arrived on the {expected_kind} topic")
+    for name in ("cluster", "node"):
+        if not doc[name] or len(doc[name]) > limits.max_str_len:
+            return Rejected("bad_envelope", f"envelope field {name!r} is empty or longer than "
+                                            f"{limits.max_str_len} characters")
     if limits.cluster and doc["cluster"] != limits.cluster:
         return Rejected("unknown_cluster", f"cluster {doc['cluster']!r}; this loader serves {limits.cluster!r}")
     if limits.known_nodes is not None and doc["node"] not in limits.known_nodes:
         return Rejected("unknown_node", f"node {doc['node']!r} is in no pool and not a control node of the config")
     if doc["seq"] < 0:
         return Rejected("bad_envelope", f"seq {doc['seq']} is negative")
+    if not 0 <= doc["sent_ms"] < 2**63:
+        return Rejected("bad_envelope", f"sent_ms {doc['sent_ms']} is not an epoch millisecond time")
     columns = doc["columns"]
     unknown = sorted(set(columns) - {f.name for f in kind.fields})
     if unknown:
@@ -118,36 +128,85 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
                     str(doc.get("agent", "")), columns, rows)
 
 
-def _check_array(kind: Kind, name: str, arr: pa.Array, now_ms: int, limits: Limits) -> str | None:
-    """Range/enum problems of one converted column, as a sentence, or None."""
-    f = kind.field(name)
-    if name == "ts_ms":
+def _inferred_ok(field_type: str, t: pa.DataType) -> bool:
+    """Whether JSON values of a field may infer to Arrow type `t`. JSON has one number type, so an int
+    field takes 3 and 3.0 (the safe cast then refuses 3.5) and a float field takes 3; but true/false is
+    never a number and a number never a string. Checking the inferred type, rather than converting to
+    the target type directly, is what catches those: Arrow would turn true into 1.0 and 3.5 into 3."""
+    if pa.types.is_null(t):
+        return True
+    if field_type in ("int", "float"):
+        return pa.types.is_integer(t) or pa.types.is_floating(t)
+    if field_type == "bool":
+        return pa.types.is_boolean(t)
+    if field_type == "str":
+        return pa.types.is_string(t)
+    return pa.types.is_list(t) and _inferred_ok("int", t.value_type)  # int_list
+
+
+def _field_array(f: Field, values: list, typ: pa.DataType) -> pa.Array:
+    """One field's values across envelopes as a strictly typed Arrow array; raises ValueError(bad_type)."""
+    try:
+        arr = pa.array(values)
+        if not _inferred_ok(f.type, arr.type):
+            raise ValueError(f"bad_type: field {f.name!r} ({f.type}) holds {arr.type} values")
+        arr = arr.cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError) as ex:
+        raise ValueError(f"bad_type: field {f.name!r} ({f.type}): {ex}") from None
+    if f.type == "int_list":  # stored as Array(Int32): a null list is an absent one, a null element is an error
+        if pc.list_flatten(arr).null_count:
+            raise ValueError(f"bad_type: field {f.name!r} (int_list) has a null element")
+        if arr.null_count:
+            arr = pc.if_else(pc.is_null(arr), pa.scalar([], typ), arr)
+    return arr
+
+
+def _check_array(f: Field, arr: pa.Array, now_ms: int, limits: Limits) -> str | None:
+    """Range/enum/size problems of one converted column, as a sentence, or None."""
+    if f.name == "ts_ms":
         lo, hi = now_ms - limits.max_past_ms, now_ms + limits.max_future_ms
-        mm = pc.min_max(arr.cast(pa.int64())).as_py()
+        mm = pc.min_max(arr).as_py()
         if mm["min"] is not None and (mm["min"] < lo or mm["max"] > hi):
             return f"ts_ms range [{mm['min']}, {mm['max']}] is outside [now-{limits.max_past_ms // 1000}s, now+{limits.max_future_ms // 1000}s]"
         return None
+    if f.type == "str":
+        longest = pc.max(pc.utf8_length(arr)).as_py()
+        if longest is not None and longest > limits.max_str_len:
+            return f"{f.name} has a value of {longest} characters, longer than the limit {limits.max_str_len}"
+    if f.type == "float" and arr.null_count < len(arr) and not pc.all(pc.is_finite(arr)).as_py():
+        return f"{f.name} has a value beyond the range of its column type {arr.type}"
     if f.enum is not None:
         bad = pc.filter(arr, pc.invert(pc.fill_null(pc.is_in(arr, pa.array(f.enum)), True)))
         if len(bad):
-            return f"{name} value {bad[0].as_py()!r} is not one of {', '.join(f.enum)}"
+            return f"{f.name} value {bad[0].as_py()!r} is not one of {', '.join(f.enum)}"
     if f.min is None and f.max is None or f.type in ("str", "int_list", "bool"):
         return None
     mm = pc.min_max(arr).as_py()
     if mm["min"] is None:
         return None
     if f.min is not None and mm["min"] < f.min:
-        return f"{name} has {mm['min']} below its minimum {f.min}"
+        return f"{f.name} has {mm['min']} below its minimum {f.min}"
     if f.max is not None and mm["max"] > f.max:
-        return f"{name} has {mm['max']} above its maximum {f.max}"
+        return f"{f.name} has {mm['max']} above its maximum {f.max}"
     return None
+
+
+def _per_row(values: list, typ: pa.DataType, rows: np.ndarray) -> pa.Array:
+    """One value per envelope repeated over that envelope's rows, without a Python object per row."""
+    return pa.array(values, typ).take(np.repeat(np.arange(len(values)), rows))
 
 
 def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> pa.Table:
     """All envelopes of one kind → one Arrow table in raw-table column order; raises ValueError."""
+    rows = np.fromiter((e.rows for e in envs), np.int64, len(envs))
+    sent = np.fromiter((e.sent_ms for e in envs), np.int64, len(envs))
+    lo, hi = now_ms - limits.max_past_ms, now_ms + limits.max_future_ms
+    if sent.min() < lo or sent.max() > hi:
+        raise ValueError(f"out_of_range: sent_ms range [{sent.min()}, {sent.max()}] is outside "
+                         f"[now-{limits.max_past_ms // 1000}s, now+{limits.max_future_ms // 1000}s]")
     arrays: dict[str, pa.Array] = {
-        "cluster": pa.array([e.cluster for e in envs for _ in range(e.rows)], pa.string()),
-        kind.sender_column: pa.array([e.node for e in envs for _ in range(e.rows)], pa.string()),
+        "cluster": _per_row([e.cluster for e in envs], pa.string(), rows),
+        kind.sender_column: _per_row([e.node for e in envs], pa.string(), rows),
     }
     for f in kind.fields:
         typ = arrow_type(f)
@@ -155,15 +214,12 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
         for e in envs:
             col = e.columns.get(f.name)
             values.extend(col if col is not None else ([[]] if f.type == "int_list" else [None]) * e.rows)
-        try:
-            arr = pa.array(values, type=pa.int64() if f.name == "ts_ms" else typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as ex:
-            raise ValueError(f"bad_type: field {f.name!r} ({f.type}): {ex}") from None
-        problem = _check_array(kind, f.name, arr, now_ms, limits)
+        arr = _field_array(f, values, pa.int64() if f.name == "ts_ms" else typ)
+        problem = _check_array(f, arr, now_ms, limits)
         if problem:
             raise ValueError(f"out_of_range: {problem}")
         arrays[column_name(f)] = arr.cast(typ) if f.name == "ts_ms" else arr
-    arrays["seq"] = pa.array([e.seq for e in envs for _ in range(e.rows)], pa.uint64())
+    arrays["seq"] = _per_row([e.seq for e in envs], pa.uint64(), rows)
     return pa.table(arrays)
 
 
