@@ -90,9 +90,61 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class LoaderConfig:
+    """`[loader]`: what the validator accepts, and how the Kafka loader service (`goodput ingest`,
+    pipeline/loader_service.py) batches, retries and reports. docs/loader.md explains each key."""
+
     max_batch_rows: int = 100_000
     max_past_days: float = 30.0
     max_future_s: float = 300.0
+    max_poll_records: int = 5_000
+    """Records one consumer poll may return."""
+    flush_records: int = 20_000
+    """Load and commit once this many records are pending..."""
+    flush_bytes: int = 64 * 2**20
+    """...or this many bytes of message values..."""
+    flush_interval_s: float = 1.0
+    """...or when the oldest pending record has waited this long (the loader's added latency)."""
+    retry_backoff_s: float = 0.5
+    """First wait after a store or transport failure; doubles per failure up to retry_backoff_max_s."""
+    retry_backoff_max_s: float = 30.0
+    lag_interval_s: float = 10.0
+    """How often the consumer lag is asked of the brokers (for /metrics and the progress bar)."""
+    metrics_address: str = "127.0.0.1:9479"
+    """host:port of the Prometheus /metrics endpoint; "" turns it off."""
+    analyze_every_s: float = 0.0
+    """Run the analyzers in the loader process this often (0: never; `--analyze-every` overrides)."""
+    analyze_lookback_s: float = 6 * 3600.0
+    """How far back each scheduled analyzer run reclassifies (late batches inside it are picked up)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_rows", "max_poll_records", "flush_records", "flush_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"[loader].{name}: must be at least 1, got {getattr(self, name)}")
+        for name in ("flush_interval_s", "retry_backoff_s", "lag_interval_s", "analyze_lookback_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"[loader].{name}: must be > 0 seconds, got {getattr(self, name)}")
+        from pipeline.ddl import RAW_TTL_DAYS  # late: config stays importable without the store's modules
+
+        if not 0 < self.max_past_days <= RAW_TTL_DAYS:
+            raise ConfigError(f"[loader].max_past_days: {self.max_past_days} is not in (0, {RAW_TTL_DAYS}]: raw "
+                              f"tables keep {RAW_TTL_DAYS} days, and one insert may touch at most 100 day partitions")
+        if self.retry_backoff_max_s < self.retry_backoff_s:
+            raise ConfigError(f"[loader].retry_backoff_max_s ({self.retry_backoff_max_s}) is below "
+                              f"retry_backoff_s ({self.retry_backoff_s})")
+        if self.analyze_every_s < 0:
+            raise ConfigError(f"[loader].analyze_every_s: must be >= 0 (0 turns it off), got {self.analyze_every_s}")
+        self.metrics_endpoint  # noqa: B018 -- validates metrics_address now, not when the service starts
+
+    @property
+    def metrics_endpoint(self) -> tuple[str, int] | None:
+        """`metrics_address` as (host, port), or None when the endpoint is off."""
+        if not self.metrics_address:
+            return None
+        host, sep, port = self.metrics_address.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"[loader].metrics_address: {self.metrics_address!r} is not host:port "
+                              f"(e.g. \"127.0.0.1:9479\"; \"\" turns the endpoint off)")
+        return host.strip("[]"), int(port)
 
 
 @dataclass(frozen=True)
