@@ -59,3 +59,30 @@ AGENT_SELF_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 """The agent's own health: name -> (type, help, label names). Counters end in `_total` here, as
 exposed (prometheus_client appends the suffix itself, so the agent strips it when declaring)."""
+
+
+LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "goodput_loader_consumer_lag_records": ("gauge", "Records after the group's committed offset, per partition "
+                                            "this loader owns.", ("topic", "partition")),
+    "goodput_loader_assigned_partitions": ("gauge", "Partitions of the topic this loader owns in its group.",
+                                           ("topic",)),
+    "goodput_loader_records_consumed_total": ("counter", "Kafka records handed to the loader.", ("topic",)),
+    "goodput_loader_rows_loaded_total": ("counter", "Rows stored in the raw tables; rate() is rows/s.", ("kind",)),
+    "goodput_loader_batches_loaded_total": ("counter", "Agent batches (envelopes) stored.", ("kind",)),
+    "goodput_loader_dead_letters_total": ("counter", "Records written to dead_letters.", ("reason",)),
+    "goodput_loader_redelivered_records_total": ("counter", "Records Kafka delivered again after they were stored "
+                                                 "(restart, rebalance); skipped.", ()),
+    "goodput_loader_batches_committed_total": ("counter", "Loads whose offsets were committed to Kafka.", ()),
+    "goodput_loader_commit_failures_total": ("counter", "Offset commits Kafka refused; those records come again.",
+                                             ()),
+    "goodput_loader_last_commit_timestamp_seconds": ("gauge", "When offsets were last committed.", ()),
+    "goodput_loader_store_errors_total": ("counter", "Store failures (retried; nothing committed meanwhile).",
+                                          ("operation",)),
+    "goodput_loader_transport_errors_total": ("counter", "Kafka failures (retried).", ("operation",)),
+    "goodput_loader_load_duration_seconds": ("histogram", "Time one load took, by phase: decode (parse, dedup, "
+                                             "validate) and insert (store).", ("phase",)),
+    "goodput_loader_analyzer_last_success_timestamp_seconds": ("gauge", "When the embedded analyzers last "
+                                                               "finished.", ()),
+}
+"""The loader service's own health (pipeline/loader_service.py): name -> (type, help, label names), as
+exposed; dashboards and alerts read these names from here. Counters end in `_total` as exposed."""
