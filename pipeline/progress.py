@@ -13,7 +13,10 @@ class Progress:
         self.started = time.perf_counter()
         self._last_decile = -1
 
-    def update(self, done: float, note: str = "") -> None:
+    def update(self, done: float, note: str = "", total: float | None = None) -> None:
+        """`total` moves the goal, for work that grows while it runs (a backfill catching up on lag)."""
+        if total is not None:
+            self.total = max(total, 1e-9)
         frac = min(1.0, done / self.total)
         elapsed = time.perf_counter() - self.started
         if self.tty:
