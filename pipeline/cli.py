@@ -1,7 +1,9 @@
 """`goodput ingest`, `goodput analyze` and `goodput summary`: the pipeline's commands.
 
 Each opens the store itself; with the embedded chDB store only one process may hold a directory, and
-the store says so by name when another process has it (pipeline.store.StoreLocked).
+the store says so by name when another process has it (pipeline.store.StoreLocked). That is why the
+loader service (`goodput ingest --config FILE` without `--from`) can run the analyzers itself
+(`--analyze-every`): the process that owns the chDB directory does all the work on it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from pathlib import Path
 
 from pipeline import config as config_mod, ddl
 from pipeline.analyzers import run as analyzers
+from pipeline.kafka_transport import KafkaSettings
 from pipeline.loader import Loader, limits_from_config
+from pipeline.loader_service import LoaderService, install_signal_handlers, summary as load_summary
 from pipeline.progress import Progress
 from pipeline.store import open_store
 from pipeline.summary import as_json, format_team_table, team_table
@@ -22,7 +26,7 @@ from pipeline.transport import Record
 
 
 def _store(args, cfg):
-    store = open_store(cfg.store.kind, args.store or cfg.store.path)
+    store = open_store(cfg.store.kind, args.store or cfg.store.path, cfg.store.server)
     ddl.migrate(store)
     return store
 
@@ -38,6 +42,8 @@ def file_records(path: Path):
 
 def cmd_ingest(args) -> int:
     cfg = config_mod.load(args.config)
+    if args.source is None:
+        return _serve_kafka(args, cfg)
     path = Path(args.source)
     if not path.exists():
         print(f"goodput ingest: {path} does not exist", file=sys.stderr)
@@ -61,6 +67,36 @@ def cmd_ingest(args) -> int:
                   file=sys.stderr)
         if not args.no_analyze:
             _analyze(store, cfg, None, None)
+    return 0
+
+
+def _serve_kafka(args, cfg) -> int:
+    """The loader service: Kafka → store until SIGTERM/SIGINT (or, with --until-caught-up, no lag)."""
+    if cfg.transport.kind != "kafka":
+        print(f"goodput ingest: {cfg.source} has [transport] kind = {cfg.transport.kind!r}, so there is no "
+              f"Kafka to load from: set [transport] kind = \"kafka\" and [transport.kafka] bootstrap = "
+              f"\"host:port,...\" (or GOODPUT_KAFKA_BOOTSTRAP) to run the loader service, or pass "
+              f"--from FILE to load a file of messages", file=sys.stderr)
+        return 2
+    try:
+        kafka = KafkaSettings.from_config(cfg.transport.kafka)
+    except ValueError as e:
+        raise config_mod.ConfigError(f"{cfg.source}: {e}") from None
+    every = cfg.loader.analyze_every_s if args.analyze_every is None else args.analyze_every
+    if every < 0:
+        raise config_mod.ConfigError(f"--analyze-every {every}: must be >= 0 seconds (0: never)")
+    with _store(args, cfg) as store:
+        def analyze() -> None:
+            window_ms = cfg.analyzer.window_s * 1000
+            since = (int((time.time() - cfg.loader.analyze_lookback_s) * 1000) // window_ms) * window_ms
+            _analyze(store, cfg, since, None)
+
+        service = LoaderService(cfg, store, kafka, until_caught_up=args.until_caught_up,
+                                analyze=analyze, analyze_every_s=every,
+                                progress=args.progress or (args.until_caught_up and sys.stderr.isatty()))
+        install_signal_handlers(service.stop)
+        totals = service.run()
+    print(f"goodput ingest: {load_summary(totals)}", file=sys.stderr)
     return 0
 
 
@@ -104,9 +140,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--config", help="goodput TOML config (default: the shipped example)")
     common.add_argument("--store", help="chDB data directory (default: [store].path of the config)")
 
-    p = sub.add_parser("ingest", parents=[common], help="load documented messages, one JSON per line, from a file")
-    p.add_argument("--from", dest="source", required=True, help="file of messages (JSON lines)")
-    p.add_argument("--no-analyze", action="store_true", help="only load; do not run the analyzers after")
+    p = sub.add_parser("ingest", parents=[common],
+                       help="the loader: Kafka → store as a service (docs/loader.md), or --from a file of messages")
+    p.add_argument("--from", dest="source", help="file of messages (JSON lines) instead of Kafka")
+    p.add_argument("--no-analyze", action="store_true", help="--from: only load; do not run the analyzers after")
+    p.add_argument("--until-caught-up", "--once", dest="until_caught_up", action="store_true",
+                   help="Kafka: exit once this loader's partitions have no lag (backfills, tests)")
+    p.add_argument("--analyze-every", type=float, metavar="SECONDS",
+                   help="Kafka: run the analyzers in this process every SECONDS, over the last "
+                        "[loader].analyze_lookback_s (default: [loader].analyze_every_s; 0 = never)")
+    p.add_argument("--progress", action="store_true",
+                   help="Kafka: progress bar on stderr (default: with --until-caught-up on a terminal)")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("analyze", parents=[common], help="(re)classify a time range of stored data")

@@ -1,0 +1,353 @@
+"""The Kafka → store loader service behind `goodput ingest --config FILE` (docs/loader.md).
+
+One loop in one thread: poll the `<prefix>.<kind>` topics in a consumer group, gather records until a
+flush is due (by count, bytes or age), hand them to `Loader.load`, and only after it returned commit
+their offsets. What can fail outside the input is retried, never skipped:
+
+- the store fails (StoreError): the same records are loaded again after a backoff, nothing is committed
+  meanwhile and nothing new is polled, so an outage of any length loses nothing (the records stay in
+  Kafka) and doubles nothing (a repeated insert carries the same deduplication token);
+- Kafka fails (TransportError): the client is rebuilt or the call repeated after a backoff, with a log
+  line that names the brokers and what to check; a refused commit only means those records come again,
+  which the loader recognises;
+- bad input never stops it: the loader dead-letters it.
+
+SIGTERM/SIGINT (`install_signal_handlers`) set the `stop` event: the loop loads and commits what it
+holds, leaves the group (its partitions move at once) and returns; the caller closes the store. Tests
+drive the same object in-process with their own `stop` event and clock.
+
+Several processes with one `group_id` split the partitions between them (Kafka's group protocol). When
+this process is given partitions it did not have, the loader re-reads the batch ledger first: with a
+shared store, another loader may have stored their latest batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram, start_http_server
+
+from collectors.schema import KINDS, topic_for
+from pipeline import catalog
+from pipeline.config import Config
+from pipeline.kafka_transport import KafkaConsumerTransport, KafkaSettings
+from pipeline.loader import LoadStats, Loader, limits_from_config
+from pipeline.progress import Progress
+from pipeline.store import Store, StoreError
+from pipeline.transport import Record, TransportError
+
+log = logging.getLogger("goodput.loader.service")
+
+TEST_KILL_ENV = "GOODPUT_TEST_KILL_BEFORE_COMMIT"
+"""Test hook: with this set to N, the process SIGKILLs itself after its N-th load returned and before
+that load's offsets are committed — the window a crash test must hit (tests/loader/test_crash.py).
+Nothing else reads it; never set it in production."""
+UNASSIGNED_WARN_S = 30.0
+"""How long the loader may own no partition before it says so (and again every this many seconds)."""
+_T = TypeVar("_T")
+
+
+class LoaderMetrics:
+    """The loader's Prometheus series, built from `catalog.LOADER_METRICS` on a private registry (so
+    several services in one test process do not collide) and served on `metrics_address`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.m: dict[str, PromCounter | Gauge | Histogram] = {}
+        types = {"counter": PromCounter, "gauge": Gauge, "histogram": Histogram}
+        for name, (typ, help_, labels) in catalog.LOADER_METRICS.items():
+            declared = name[: -len("_total")] if typ == "counter" else name  # prometheus_client appends it
+            self.m[name] = types[typ](declared, help_, labels, registry=self.registry)
+        self._server = None
+        self._lag_labels: set[tuple[str, str]] = set()
+
+    def serve(self, host: str, port: int) -> int:
+        """Starts /metrics on host:port (0: any free port) and returns the port."""
+        self._server, _thread = start_http_server(port, host, registry=self.registry)
+        return self._server.server_address[1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def loaded(self, stats: LoadStats, consumed: Counter) -> None:
+        for topic, n in consumed.items():
+            self.m["goodput_loader_records_consumed_total"].labels(topic).inc(n)
+        for kind, n in stats.rows.items():
+            self.m["goodput_loader_rows_loaded_total"].labels(kind).inc(n)
+        for kind, n in stats.batches.items():
+            self.m["goodput_loader_batches_loaded_total"].labels(kind).inc(n)
+        for reason, n in stats.dead_letters.items():
+            self.m["goodput_loader_dead_letters_total"].labels(reason).inc(n)
+        self.m["goodput_loader_redelivered_records_total"].inc(stats.redelivered)
+        self.m["goodput_loader_load_duration_seconds"].labels("decode").observe(stats.decode_s)
+        self.m["goodput_loader_load_duration_seconds"].labels("insert").observe(stats.insert_s)
+
+    def committed(self, wall_s: float) -> None:
+        self.m["goodput_loader_batches_committed_total"].inc()
+        self.m["goodput_loader_last_commit_timestamp_seconds"].set(wall_s)
+
+    def assignment(self, parts: set[tuple[str, int]], topics: list[str]) -> None:
+        per_topic = Counter(t for t, _ in parts)
+        for topic in topics:
+            self.m["goodput_loader_assigned_partitions"].labels(topic).set(per_topic[topic])
+
+    def lag(self, lag: dict[tuple[str, int], int]) -> None:
+        gauge = self.m["goodput_loader_consumer_lag_records"]
+        labels = {(t, str(p)) for t, p in lag}
+        for gone in self._lag_labels - labels:  # partitions this process no longer owns
+            gauge.remove(*gone)
+        for (t, p), n in lag.items():
+            gauge.labels(t, str(p)).set(n)
+        self._lag_labels = labels
+
+    def failed(self, name: str, operation: str) -> None:
+        self.m[name].labels(operation).inc()
+
+
+@dataclass
+class _Pending:
+    """Records polled but not yet loaded, and when the oldest arrived."""
+
+    records: list[Record]
+    bytes: int = 0
+    since: float = 0.0
+
+
+class LoaderService:
+    """Consumes the kind topics in a consumer group and loads them; `run()` until `stop` is set (or,
+    with `until_caught_up`, until this member's partitions have no lag left)."""
+
+    def __init__(self, cfg: Config, store: Store, kafka: KafkaSettings, *,
+                 stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic,
+                 until_caught_up: bool = False, analyze: Callable[[], None] | None = None,
+                 analyze_every_s: float | None = None, progress: bool = False) -> None:
+        self.cfg = cfg
+        self.lc = cfg.loader
+        self.kafka = kafka
+        self.stop = stop or threading.Event()
+        self.clock = clock
+        self.until_caught_up = until_caught_up
+        self.analyze = analyze
+        self.analyze_every_s = self.lc.analyze_every_s if analyze_every_s is None else analyze_every_s
+        self.topics = [topic_for(k, cfg.transport.topic_prefix) for k in KINDS]
+        self.loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
+        self.metrics = LoaderMetrics()
+        self.metrics_port: int | None = None
+        self._progress = Progress("ingest", 1) if progress else None
+        self._consumer: KafkaConsumerTransport | None = None
+        self._pending = _Pending([])
+        self._assigned: set[tuple[str, int]] = set()
+        self._unassigned_since = clock()
+        self._lag: dict[tuple[str, int], int] = {}
+        self._lag_at = -float("inf")
+        self._consumed_since_lag = 0
+        self._next_analyze = clock() + self.analyze_every_s
+        self._loads = 0
+        kill = os.environ.get(TEST_KILL_ENV)
+        self._kill_before_commit = int(kill) if kill else None
+
+    # ---- the loop ----
+
+    def run(self) -> LoadStats:
+        """Runs until stopped or caught up; returns what was loaded (the loader's totals)."""
+        endpoint = self.lc.metrics_endpoint
+        if endpoint:
+            self.metrics_port = self.metrics.serve(*endpoint)
+            log.info("metrics on http://%s:%d/metrics", endpoint[0], self.metrics_port)
+        try:
+            self._consumer = self._retry("connect to Kafka", TransportError, self._connect,
+                                         "goodput_loader_transport_errors_total", "connect")
+            while self._consumer is not None and not self.stop.is_set():
+                got = self._poll()
+                if self._flush_due():
+                    self._flush()
+                self._report()
+                self._maybe_analyze()
+                if self.until_caught_up and not got and not self._pending.records and self._caught_up():
+                    log.info("caught up: no lag on %d partitions", len(self._assigned))
+                    break
+            if self._pending.records and self._consumer is not None:
+                self._flush()  # stopping: one more try; if the store is still down nothing is committed
+            if self.until_caught_up and self.analyze and self.analyze_every_s:
+                self._run_analyze()
+        finally:
+            self._close()
+        return self.loader.totals
+
+    def _connect(self) -> KafkaConsumerTransport:
+        consumer = KafkaConsumerTransport(self.kafka, self.topics)
+        log.info("joining consumer group %s on %s for %s", consumer.group_id, self.kafka.bootstrap,
+                 ", ".join(self.topics))
+        return consumer
+
+    def _poll(self) -> int:
+        p = self._pending
+        room = min(self.lc.max_poll_records, self.lc.flush_records - len(p.records))
+        wait = 0.5 if not p.records else max(0.0, min(0.5, p.since + self.lc.flush_interval_s - self.clock()))
+        try:
+            records = self._consumer.poll(room, wait)
+        except TransportError as e:
+            self.metrics.failed("goodput_loader_transport_errors_total", "poll")
+            log.warning("%s; retrying in %.1f s", e, self.lc.retry_backoff_s)
+            self.stop.wait(self.lc.retry_backoff_s)
+            return 0
+        self._watch_assignment()
+        if records:
+            if not p.records:
+                p.since = self.clock()
+            p.records.extend(records)
+            p.bytes += sum(len(r.value) for r in records)
+        return len(records)
+
+    def _flush_due(self) -> bool:
+        p = self._pending
+        return bool(p.records) and (len(p.records) >= self.lc.flush_records or p.bytes >= self.lc.flush_bytes
+                                    or self.clock() - p.since >= self.lc.flush_interval_s)
+
+    def _flush(self) -> bool:
+        """Loads the pending records, then commits them. False when stopped before the load succeeded."""
+        records = self._pending.records
+        stats = self._retry(f"load {len(records)} records into the store (their offsets stay uncommitted)", StoreError,
+                            lambda: self.loader.load(records), "goodput_loader_store_errors_total", "load")
+        if stats is None:
+            return False
+        self._pending = _Pending([])
+        self.metrics.loaded(stats, Counter(r.topic for r in records))
+        self._loads += 1
+        if self._loads == self._kill_before_commit:
+            log.warning("%s=%d: killing this process between load and commit (test hook)", TEST_KILL_ENV, self._loads)
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            self._consumer.commit(records)
+        except TransportError as e:
+            self.metrics.m["goodput_loader_commit_failures_total"].inc()
+            log.warning("%s; the stored records will be delivered again and skipped as already stored", e)
+            return True
+        self.metrics.committed(time.time())
+        self._consumed_since_lag += len(records)
+        return True
+
+    def _retry(self, what: str, errors: type[Exception], fn: Callable[[], _T], metric: str,
+               operation: str) -> _T | None:
+        """fn() until it succeeds, backing off exponentially; None if `stop` was set meanwhile."""
+        delay = self.lc.retry_backoff_s
+        while True:
+            try:
+                return fn()
+            except errors as e:
+                self.metrics.failed(metric, operation)
+                log.error("could not %s: %s; retrying in %.1f s", what, e, delay)
+            if self.stop.wait(delay):
+                return None
+            delay = min(2 * delay, self.lc.retry_backoff_max_s)
+
+    # ---- group membership, lag, progress ----
+
+    def _watch_assignment(self) -> None:
+        now = self._consumer.assignment()
+        if now == self._assigned:
+            if not now and self.clock() - self._unassigned_since >= UNASSIGNED_WARN_S:
+                log.warning("no partition of %s assigned to this loader for %.0f s in group %s: %s, and that "
+                            "the topics exist (pipeline.kafka_transport.ensure_topics). A member that died "
+                            "holds its partitions until its session times out; a group with more loaders "
+                            "than partitions leaves the extra ones idle", ", ".join(self.topics),
+                            UNASSIGNED_WARN_S, self._consumer.group_id, self.kafka.what_to_check())
+                self._unassigned_since = self.clock()
+            return
+        gained, lost = now - self._assigned, self._assigned - now
+        log.info("partitions now %d (+%d, -%d) in group %s", len(now), len(gained), len(lost), self._consumer.group_id)
+        if lost:  # not ours any more: their new owner loads them from the committed offset
+            self._pending.records = [r for r in self._pending.records if (r.topic, r.partition) in now]
+            self._pending.bytes = sum(len(r.value) for r in self._pending.records)
+        if gained:
+            self._retry("re-read the batch ledger", StoreError, self.loader.refresh,
+                        "goodput_loader_store_errors_total", "refresh")
+        self._assigned = now
+        self._unassigned_since = self.clock()
+        self.metrics.assignment(now, self.topics)
+        self._lag_at = -float("inf")  # new partitions: ask for their lag now
+
+    def _refresh_lag(self) -> bool:
+        try:
+            self._lag = self._consumer.lag()
+        except TransportError as e:
+            self.metrics.failed("goodput_loader_transport_errors_total", "lag")
+            log.warning("%s", e)
+            return False
+        self._lag_at = self.clock()
+        self._consumed_since_lag = 0
+        self.metrics.lag(self._lag)
+        return True
+
+    def _caught_up(self) -> bool:
+        return bool(self._assigned) and self._refresh_lag() and not any(self._lag.values())
+
+    def _report(self) -> None:
+        if self.clock() - self._lag_at >= self.lc.lag_interval_s:
+            self._refresh_lag()
+        if self._progress is not None:
+            t = self.loader.totals
+            left = max(0, sum(self._lag.values()) - self._consumed_since_lag)
+            elapsed = max(time.perf_counter() - self._progress.started, 1e-9)
+            self._progress.update(t.records, f"{t.records / elapsed:,.0f} records/s "
+                                             f"{sum(t.rows.values()) / elapsed:,.0f} rows/s, lag {left:,}",
+                                  total=t.records + left)
+
+    # ---- embedded analyzers ----
+
+    def _maybe_analyze(self) -> None:
+        if self.analyze and self.analyze_every_s and self.clock() >= self._next_analyze:
+            self._run_analyze()
+            self._next_analyze = self.clock() + self.analyze_every_s
+
+    def _run_analyze(self) -> None:
+        try:
+            self.analyze()
+        except StoreError as e:
+            self.metrics.failed("goodput_loader_store_errors_total", "analyze")
+            log.error("analyzers failed: %s; loading goes on, the next run retries the range", e)
+            return
+        self.metrics.m["goodput_loader_analyzer_last_success_timestamp_seconds"].set(time.time())
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        self.metrics.close()
+        if self._progress is not None:
+            t = self.loader.totals
+            self._progress.done(f"{t.records:,} records, {sum(t.rows.values()):,} rows")
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT ask the service to finish its batch and leave; a second one acts as usual
+    (kills at once), for an operator who does not want to wait."""
+    def handler(signum, _frame):
+        log.warning("%s: finishing the current batch, committing and leaving the group",
+                    signal.Signals(signum).name)
+        stop.set()
+        signal.signal(signum, signal.SIG_DFL)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+def summary(stats: LoadStats) -> str:
+    """One line for the end of a run."""
+    line = (f"{stats.records:,} records, {sum(stats.rows.values()):,} rows, "
+            f"{sum(stats.batches.values()):,} batches, {stats.redelivered:,} redelivered, "
+            f"{sum(stats.dead_letters.values()):,} dead letters")
+    if stats.dead_letters:
+        line += " (" + ", ".join(f"{r}={n}" for r, n in stats.dead_letters.most_common()) + ")"
+    return line
+
