@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -121,19 +121,25 @@ def _stored_offsets(store: Store) -> dict[tuple[str, int], int]:
     return {(r["source"], r["partition"]): r["top"] for r in t.to_pylist()}
 
 
-def _token(kind: str, envs: list[Envelope]) -> str:
-    """Deterministic for the same records: a replay after a crash inserts nothing twice."""
-    h = hashlib.sha1(kind.encode())
-    for e in envs:
-        h.update(f"|{e.cluster}/{e.node}/{e.seq}".encode())
-    return f"{kind}-{h.hexdigest()}"
+def _token(table: str, identities: Iterable[str]) -> str:
+    """An insert's deduplication token, from what it holds (batches' cluster/node/seq, or dead letters'
+    topic/partition/offset): a replay of the same records forms the same token, which ClickHouse drops."""
+    h = hashlib.sha1(table.encode())
+    for identity in identities:
+        h.update(f"|{identity}".encode())
+    return f"{table}-{h.hexdigest()}"
+
+
+def _batch_ids(envs: list[Envelope]) -> Iterator[str]:
+    return (f"{e.cluster}/{e.node}/{e.seq}" for e in envs)
 
 
 @contextmanager
 def cycle_collector_paused():
-    """Decoding builds millions of small acyclic objects (orjson's lists and dicts); the cycle collector
-    would walk them again and again while they pile up, for nothing. Pausing it for the decode saves a
-    third of its time (bench/bench_loader.py); the objects are freed by reference counting as usual."""
+    """Decoding builds a poll's worth of acyclic objects (orjson's lists and dicts, ~10 per row); the
+    cycle collector would walk them again and again while they pile up, for nothing. A load runs with
+    it paused (bench/bench_loader.py measures the gain); its objects are freed by reference counting
+    when the load returns, before the collector is back."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -169,20 +175,23 @@ class Loader:
     def load(self, records: Iterable[Record]) -> LoadStats:
         """Stores one poll's records. Never raises for bad input; raises StoreError if the store fails
         (then nothing of this poll may be committed, and a retry is safe)."""
+        with cycle_collector_paused():  # and the decoded envelopes are gone before it runs again
+            return self._load(records)
+
+    def _load(self, records: Iterable[Record]) -> LoadStats:
         started = time.perf_counter()
         now_ms = int(self.clock() * 1000)
         stats = LoadStats()
         dead: list[tuple[Record, str, str, Envelope | None]] = []
         accepted: list[Envelope] = []
         in_poll = _Poll()
-        with cycle_collector_paused():
-            for rec in records:
-                stats.records += 1
-                env = self._decode(rec, in_poll, dead, stats)
-                if env is not None:
-                    in_poll.batches.add((env.cluster, env.node, env.kind, env.seq))
-                    accepted.append(env)
-            tables, rejected = to_tables(accepted, now_ms, self.limits)
+        for rec in records:
+            stats.records += 1
+            env = self._decode(rec, in_poll, dead, stats)
+            if env is not None:
+                in_poll.batches.add((env.cluster, env.node, env.kind, env.seq))
+                accepted.append(env)
+        tables, rejected = to_tables(accepted, now_ms, self.limits)
         bad_ids = {id(e) for e, _ in rejected}
         for e, why in rejected:
             dead.append((e.position, why.reason, why.detail, e))
@@ -191,13 +200,14 @@ class Loader:
         stats.decode_s = inserting - started
         for kind, table in tables.items():
             envs = [e for e in good if e.kind == kind]
-            self.store.insert_arrow(catalog.RAW_TABLES[kind], table, _token(kind, envs))
+            self.store.insert_arrow(catalog.RAW_TABLES[kind], table, _token(kind, _batch_ids(envs)))
             stats.rows[kind] += table.num_rows
             stats.batches[kind] += len(envs)
         if good:
-            self.store.insert_arrow(catalog.INGESTED_BATCHES, self._ledger(good), _token("ledger", good))
-        if dead:
-            self.store.insert_arrow(catalog.DEAD_LETTERS, self._dead_letters(dead, now_ms))
+            self.store.insert_arrow(catalog.INGESTED_BATCHES, self._ledger(good), _token("ledger", _batch_ids(good)))
+        if dead:  # the token takes effect where dead_letters deduplicates (replicated tables); see docs/loader.md
+            self.store.insert_arrow(catalog.DEAD_LETTERS, self._dead_letters(dead, now_ms),
+                                    _token("dead", (f"{r.topic}/{r.partition}/{r.offset}" for r, *_ in dead)))
             for _, reason, detail, _env in dead:
                 stats.dead_letters[reason] += 1
             log.warning("dead-lettered %d of %d records (%s)", len(dead), stats.records,
