@@ -262,6 +262,22 @@ def cluster_ddl(cluster: str, database: str, *, replicated: bool = True, on_clus
     return out
 
 
+def delete_target(store: Store, name: str) -> str | None:
+    """What a statement that deletes rows of table `name` (DELETE, TRUNCATE) must name on `store`.
+
+    None on one server: the catalog table itself, so those statements stay as they are. On the cluster
+    layout (a store with a `cluster`, as `migrate` reads it) `<name>_local ON CLUSTER <cluster>`: the
+    Distributed table under the catalog name refuses DELETE, and its TRUNCATE empties nothing on the
+    shards; reads and inserts keep the catalog name. A store whose engine is the whole cluster and has no
+    Keeper sets `on_cluster = False` and gets the bare local table, as `cluster_ddl(on_cluster=False)`
+    renders the DDL for it (the chDB cluster of tests/clickhouse)."""
+    cluster = getattr(store, "cluster", None)
+    if cluster is None:
+        return None
+    on = f" ON CLUSTER {cluster}" if getattr(store, "on_cluster", True) else ""
+    return f"{name}{LOCAL_SUFFIX}{on}"
+
+
 def migrate(store: Store) -> int:
     """Creates every table that is missing and records the schema version. Safe to run repeatedly.
 

@@ -1,6 +1,8 @@
 -- goodput classification: every allocated GPU-second → one category (docs/goodput-model.md).
 -- Statements are separated by lines of ';;'. Placeholders {name} are filled by pipeline/analyzers/run.py
 -- with validated numbers (and the cluster name, checked to be a plain identifier).
+-- Rows a run replaces are deleted from {delete_from[<table>]}: the table itself on one server, its local
+-- tables ON CLUSTER on the cluster layout (pipeline.ddl.delete_target); reads and inserts name the table.
 -- Times are epoch milliseconds (Int64) throughout; W is the window length in ms.
 
 -- 1. Job events of jobs alive in the range.
@@ -233,7 +235,7 @@ UNION ALL
 SELECT job_id, node, wi, 'idle', if(no_data, 'no telemetry from node', 'below healthy level, no evidence'), secs * l
 FROM tmp_run_split WHERE l > 0 AND (no_data OR NOT (d_ev OR c_ev))
 ;;
-DELETE FROM goodput_windows WHERE cluster = '{cluster}'
+DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}'
     AND window_start >= toDateTime(intDiv(toInt64({start}), 1000)) AND window_start < toDateTime(intDiv(toInt64({end}), 1000))
 ;;
 INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,

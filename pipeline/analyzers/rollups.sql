@@ -1,5 +1,7 @@
 -- Roll-ups of goodput_windows for reports and dashboards. Same conventions as goodput.sql.
-DELETE FROM job_summary WHERE cluster = '{cluster}' AND job_id IN (SELECT DISTINCT job_id FROM tmp_events)
+-- {alive_jobs} is the jobs goodput.sql read (tmp_events), and a statement naming it runs once per slice
+-- of them: one slice, the subquery, on one server; literal job ids on the cluster layout (run.py says why).
+DELETE FROM {delete_from[job_summary]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;
 INSERT INTO job_summary (cluster, job_id, account, team, pool, gpus, attempts, first_allocated, last_seen,
                          allocated_gpu_seconds, {category_columns}, cost, waste_cost, goodput_pct,
@@ -20,7 +22,7 @@ LEFT JOIN tmp_healthy AS h ON w.job_id = h.job_id
 WHERE w.cluster = '{cluster}'
 GROUP BY w.job_id
 ;;
-DELETE FROM team_day WHERE cluster = '{cluster}'
+DELETE FROM {delete_from[team_day]} WHERE cluster = '{cluster}'
     AND day >= toDate(toDateTime(intDiv(toInt64({start}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({end}), 1000)))
 ;;
 INSERT INTO team_day (cluster, day, team, pool, category, gpu_hours, cost)
@@ -30,7 +32,7 @@ WHERE cluster = '{cluster}'
   AND day >= toDate(toDateTime(intDiv(toInt64({start}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({end}), 1000)))
 GROUP BY day, team, pool, category
 ;;
-DELETE FROM scheduling_delay WHERE cluster = '{cluster}' AND job_id IN (SELECT DISTINCT job_id FROM tmp_events)
+DELETE FROM {delete_from[scheduling_delay]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;
 INSERT INTO scheduling_delay (cluster, job_id, team, pool, queue, priority, gpus_requested, submitted,
                               first_allocated, gang_complete, queue_wait_s, gang_wait_s)

@@ -2,7 +2,9 @@
 classifies every allocated GPU-second (goodput.sql) and rolls it up (rollups.sql).
 
 Re-running a range replaces its outputs, so a late batch or a changed config is fixed by running the
-range again.
+range again. Replacing means deleting rows first; on the cluster layout (pipeline/ddl.py) those deletes
+go to the local tables ON CLUSTER (`ddl.delete_target`), while reads and inserts keep the Distributed
+tables under the catalog names, so the same SQL means the same on one server and on a cluster.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline import catalog
+from pipeline import catalog, ddl
 from pipeline.config import Config
 from pipeline.store import Store
 
@@ -23,6 +25,11 @@ HERE = Path(__file__).parent
 TEMP_TABLES = ("tmp_events", "tmp_job_end", "tmp_alloc", "tmp_segments", "tmp_pieces", "tmp_piece_windows",
                "tmp_run_gpu", "tmp_healthy", "tmp_node_evidence", "tmp_stragglers", "tmp_run_split",
                "tmp_classified")
+OUTPUT_TABLES = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
+ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
+JOBS_PER_DELETE = 1000
+"""Job ids spelled out per DELETE on a cluster: ~20 KB of SQL for Slurm-style ids, far below the servers'
+max_query_size (256 KiB by default), which also bounds what ON CLUSTER stores in Keeper per statement."""
 
 
 def refresh_dimensions(store: Store, cfg: Config) -> None:
@@ -55,7 +62,7 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
         }),
     }
     for name, table in tables.items():
-        store.execute(f"TRUNCATE TABLE {name}")
+        store.execute(f"TRUNCATE TABLE {ddl.delete_target(store, name) or name}")
         store.insert_arrow(name, table)
 
 
@@ -78,10 +85,36 @@ def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
     }
 
 
-def statements(name: str, params: dict[str, str]) -> list[str]:
+def _quote(value: str) -> str:
+    """A ClickHouse string literal: job ids come from the raw data, quotes and backslashes included."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def alive_jobs(store: Store) -> list[str]:
+    """What rollups.sql's `job_id IN ({alive_jobs})` reads, one entry per statement: the jobs of the range.
+
+    On one server that is the subquery over tmp_events itself. On the cluster layout those DELETEs run
+    on every shard's local table, where the initiator's tmp_ tables do not exist and where replicated
+    tables accept only deterministic mutations, so the ids are spelled out, JOBS_PER_DELETE per
+    statement; no jobs, no statement."""
+    if ddl.delete_target(store, catalog.JOB_SUMMARY) is None:
+        return [ALIVE_JOBS]
+    ids = [_quote(j) for j in store.query_arrow(f"{ALIVE_JOBS} ORDER BY job_id").column("job_id").to_pylist()]
+    return [", ".join(ids[i:i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
+
+
+def statements(name: str, params: dict) -> list[str]:
+    """The statements of one SQL file with its placeholders filled; a statement naming {alive_jobs} comes
+    once per entry of params["alive_jobs"] (see `alive_jobs`)."""
     text = (HERE / name).read_text()
     body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
-    return [s.strip().format(**params) for s in body.split(";;") if s.strip()]
+    out = []
+    for s in (s.strip() for s in body.split(";;") if s.strip()):
+        if "{alive_jobs}" in s:
+            out += [s.format_map({**params, "alive_jobs": jobs}) for jobs in params["alive_jobs"]]
+        else:
+            out.append(s.format_map(params))
+    return out
 
 
 def run(store: Store, cfg: Config, start_ms: int, end_ms: int) -> dict[str, float]:
@@ -89,9 +122,12 @@ def run(store: Store, cfg: Config, start_ms: int, end_ms: int) -> dict[str, floa
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
-    params = _params(cfg, start_ms, end_ms)
+    params = {**_params(cfg, start_ms, end_ms),
+              "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES}}
     try:
         for name in ("goodput.sql", "rollups.sql"):
+            if name == "rollups.sql":  # its deletes name the jobs goodput.sql has just read
+                params["alive_jobs"] = alive_jobs(store)
             for sql in statements(name, params):
                 store.execute(sql)
             timings[name] = time.perf_counter() - t

@@ -1,7 +1,7 @@
 """The cluster layout: replicated local tables created ON CLUSTER plus a Distributed table per catalog
 name. No Keeper runs here, so the replicated statements are checked as text; chDB (the real engine,
 given a one-shard cluster that is itself) then runs the rest: the local and Distributed tables, the
-loader through them, and the analyzers."""
+loader through them, and the analyzers, whose derived tables must equal a single-server run's."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from pipeline import catalog, ddl
+from pipeline import catalog, config as config_mod, ddl
+from pipeline.analyzers import run as analyzers
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = [ddl.table_name(s) for s in ddl.all_ddl()]
@@ -88,14 +90,76 @@ def test_migrate_on_a_cluster_checks_the_version_then_creates_the_cluster_layout
     assert store.statements[-1].startswith(f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description)")
 
 
-@pytest.fixture(scope="module")
-def chdb_cluster(tmp_path_factory):
-    """One run of tests/clickhouse/chdb_cluster.py (the cluster layout in chDB, loader and analyzers)."""
-    done = subprocess.run([sys.executable, "-m", "tests.clickhouse.chdb_cluster", str(tmp_path_factory.mktemp("chdb-cluster"))],
+class RecordingCluster(RecordingServer):
+    """What the analyzers see of a ServerStore configured with a cluster. The range holds 1,001 jobs, one
+    with a quote and a backslash in its id; the statement list is under test."""
+
+    jobs = [f"job-{i:04d}" for i in range(1000)] + ["o'brien\\1"]
+
+    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
+        self.statements.append(f"INSERT INTO {table} <{data.num_rows} rows>")
+
+    def query_arrow(self, sql: str) -> pa.Table:
+        assert sql == f"{analyzers.ALIVE_JOBS} ORDER BY job_id", sql
+        return pa.table({"job_id": self.jobs})
+
+
+DESTRUCTIVE = re.compile(r"(DELETE FROM|TRUNCATE TABLE) (\S+)")
+
+
+def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
+    store = RecordingCluster()
+    analyzers.run(store, config_mod.load(), 0, 3_600_000)
+    destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
+    targets = [DESTRUCTIVE.match(s)[2] for s in destructive]
+    dims, outputs = [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_ACCOUNTS], list(analyzers.OUTPUT_TABLES)
+    assert sorted(set(targets)) == sorted(name + ddl.LOCAL_SUFFIX for name in dims + outputs)
+    for statement in destructive:
+        assert f"{DESTRUCTIVE.match(statement)[2]} ON CLUSTER prod" in statement
+        assert "tmp_" not in statement  # ON CLUSTER runs it on hosts without the initiator's temporary tables
+    # Two slices of job ids per job-keyed table: 1,000 and the one left, quoted as ClickHouse reads them.
+    want = [", ".join(f"'{j}'" for j in store.jobs[:1000]), "'o\\'brien\\\\1'"]
+    for table in (catalog.JOB_SUMMARY, catalog.SCHEDULING_DELAY):
+        slices = [s.split("job_id IN (", 1)[1].removesuffix(")") for s in destructive
+                  if DESTRUCTIVE.match(s)[2] == table + ddl.LOCAL_SUFFIX]
+        assert slices == want, table
+    # Everything else (reads, inserts) names the Distributed tables.
+    assert not any(ddl.LOCAL_SUFFIX in s for s in store.statements if s not in destructive)
+    assert any(s.startswith(f"INSERT INTO {catalog.GOODPUT_WINDOWS} (cluster,") for s in store.statements)
+
+
+def test_analyzers_on_one_server_delete_from_the_catalog_tables():
+    store = RecordingCluster()
+    store.cluster = None  # a ServerStore without `cluster`; ChdbStore has no such attribute at all
+    analyzers.run(store, config_mod.load(), 0, 3_600_000)
+    destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
+    assert len(destructive) == 7 and not any(" ON CLUSTER " in s or ddl.LOCAL_SUFFIX in s for s in destructive)
+    assert sum(f"job_id IN ({analyzers.ALIVE_JOBS})" in s for s in destructive) == 2
+
+
+def _chdb_run(workdir: Path, start_ms: int, *flags: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tests.clickhouse.chdb_cluster", str(workdir), str(start_ms), *flags],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, f"chdb_cluster.py failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def sim_start_ms() -> int:
+    return (int(time.time()) // 60) * 60_000 - 1_800_000
+
+
+@pytest.fixture(scope="module")
+def chdb_cluster(tmp_path_factory, sim_start_ms):
+    """One run of tests/clickhouse/chdb_cluster.py (the cluster layout in chDB, loader and analyzers)."""
+    return _chdb_run(tmp_path_factory.mktemp("chdb-cluster"), sim_start_ms)
+
+
+@pytest.fixture(scope="module")
+def chdb_single(tmp_path_factory, sim_start_ms):
+    """The same run on the single-server layout: what the cluster's derived tables must hold."""
+    return _chdb_run(tmp_path_factory.mktemp("chdb-single"), sim_start_ms, "--single")
 
 
 def test_chdb_accepts_the_local_and_distributed_tables(chdb_cluster):
@@ -113,9 +177,16 @@ def test_loader_writes_and_dedups_through_distributed_tables(chdb_cluster):
     assert chdb_cluster["replay_rows"] == {}  # a restarted loader stores nothing twice (counts above are after it)
 
 
-@pytest.mark.xfail(strict=True, reason="the analyzers replace a range with DELETE FROM / TRUNCATE TABLE on the "
-                                       "catalog names; Distributed tables refuse DELETE and TRUNCATE does not reach "
-                                       "the shards (docs/clickhouse-server.md, 'Analyzers on a cluster')")
-def test_analyzers_run_unchanged_on_distributed_tables(chdb_cluster):
-    assert chdb_cluster["analyzer_error"] is None
+def test_analyzers_run_unchanged_on_distributed_tables(chdb_cluster, chdb_single):
+    """Two analyzer runs over the same range, then two more dimension refreshes: the Distributed tables
+    show exactly the local rows, and those are the rows one server holds after the same runs."""
+    assert chdb_cluster["analyzer_error"] is None and chdb_single["analyzer_error"] is None
+    for name, (distributed, local) in chdb_cluster["derived_rows"].items():
+        assert distributed == local > 0, name
+    for name, want in chdb_single["derived"].items():
+        got = chdb_cluster["derived"][name]
+        assert got == [[pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for v in row] for row in want], name
+    windows, summaries = chdb_cluster["derived"][catalog.GOODPUT_WINDOWS], chdb_cluster["derived"][catalog.JOB_SUMMARY]
+    assert all(row[-1] == 0 for row in windows)  # no category stored twice for a job's window
+    assert all(row[-1] == 1 for row in summaries)  # one summary row per job
     assert chdb_cluster["dim_nodes_rows"] == chdb_cluster["configured_nodes"]
