@@ -1,0 +1,285 @@
+"""Loader throughput from a real Kafka broker into chDB, per core, and what bounds it.
+
+Workload: the simulated cluster's own messages (agents/sim: one GPU, NIC and storage batch per node per
+60 s, job and step events), produced once into fresh topics of a real broker (zstd, as agents send).
+Then this one process consumes them as the loader service does (KafkaConsumerTransport polls, batches of
+[loader].flush_records, Loader.load, commit) into a fresh chDB store and times each phase:
+
+  fetch            KafkaConsumerTransport.poll: kafka-python's network, zstd and record parsing
+  decode/validate  Loader.load's decode_s: orjson, seq dedup, pipeline.validate → Arrow
+  insert           Loader.load's insert_s: chDB inserts (raw tables, ledger)
+  commit           offset commits
+
+"per core" divides rows by the CPU seconds of the whole process (every thread: kafka-python's network
+thread and chDB's background merges too), so a phase that runs on other threads does not flatter it.
+Then `goodput ingest`'s own loop (LoaderService, --until-caught-up) consumes the same topics in a new
+group into another store, end to end.
+
+Last, decode/validate alone on the same records, before vs after issue 5's changes, in this run: the
+baseline is pipeline/validate.py at --baseline (default: the walking skeleton's), loaded from git, with
+the cycle collector on as the loader had it.
+
+Run:  .venv/bin/python bench/bench_loader.py [--gpus 128] [--hours 0.5] [--bootstrap HOST:PORT]
+Needs the Kafka jars (bash .ci/install.d/kafka.sh) unless --bootstrap names a running broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agents.sim.cluster import SimConfig, scaled_config, simulate  # noqa: E402
+from agents.sim.emit import messages  # noqa: E402
+from collectors.schema import KINDS, topic_for  # noqa: E402
+from pipeline import config as config_mod, ddl  # noqa: E402
+from pipeline.kafka_transport import (KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings,  # noqa: E402
+                                      ensure_topics)
+from pipeline.loader import Loader, _expected_kind, cycle_collector_paused, limits_from_config  # noqa: E402
+from pipeline.loader_service import LoaderService  # noqa: E402
+from pipeline import validate  # noqa: E402
+from pipeline.store import ChdbStore  # noqa: E402
+
+BASELINE = "43ffd1d"
+"""The walking skeleton's commit: its validator is what the loader had before issue 5."""
+
+
+def start_broker(workdir: Path):
+    """The test suite's broker class (tests/fixtures/kafka.py), started outside pytest."""
+    from tests.fixtures import kafka as fixture, kafka_dist
+
+    if not kafka_dist.is_installed():
+        raise SystemExit(f"Kafka jars missing in {kafka_dist.libs_dir()}: run `bash .ci/install.d/kafka.sh`, "
+                         f"or pass --bootstrap HOST:PORT of a running broker")
+    socks = [socket.socket() for _ in range(4)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    broker = fixture.KafkaBroker(libs=kafka_dist.libs_dir(), workdir=workdir, port=ports[0],
+                                 controller_port=ports[1], ssl_port=ports[2], sasl_ssl_port=ports[3],
+                                 java=shutil.which("java") or "java")
+    broker.configure()
+    broker.start()
+    return broker
+
+
+def workload(gpus: int, hours: float):
+    cfg = scaled_config(config_mod.load(), gpus)
+    start_ms = (int(time.time()) // 60) * 60_000 - int(hours * 3_600_000)
+    res = simulate(SimConfig.from_config(cfg, hours=hours, seed=1, start_ms=start_ms), cfg)
+    return cfg, list(messages(res))
+
+
+def produce(bootstrap: str, prefix: str, msgs) -> float:
+    ensure_topics(bootstrap, partitions=4, prefix=prefix)
+    p = KafkaProducerTransport(bootstrap)
+    t = time.perf_counter()
+    for topic, key, value in msgs:
+        if p.pending_bytes > 32 * 2**20:  # stay under the producer's max_pending_bytes
+            p.flush(300)
+        p.send(topic.replace("goodput.", f"{prefix}.", 1), key, value)
+    p.flush(300)
+    p.close()
+    return time.perf_counter() - t
+
+
+def consume_and_load(bootstrap: str, prefix: str, cfg, store, expected: int) -> dict:
+    """The service's loop, with a stopwatch on each phase; returns seconds per phase and totals."""
+    topics = [topic_for(k, prefix) for k in KINDS]
+    consumer = KafkaConsumerTransport(bootstrap, topics, group_id=f"bench-{uuid.uuid4().hex[:6]}")
+    loader = Loader(store, limits_from_config(cfg), topic_prefix=prefix)
+    lc = cfg.loader
+    fetch = commit = fetch_cpu = load_cpu = 0.0
+    pending: list = []
+    pending_bytes = 0
+    while not pending:  # joining the group (a fixed cost per start) is not timed
+        pending = consumer.poll(1, 0.2)
+    seen = len(pending)
+    pending_bytes = sum(len(r.value) for r in pending)
+    wall0, cpu0, main0 = time.perf_counter(), time.process_time(), time.thread_time()
+    while seen < expected or pending:
+        if seen < expected and len(pending) < lc.flush_records and pending_bytes < lc.flush_bytes:
+            t, c = time.perf_counter(), time.thread_time()
+            got = consumer.poll(min(lc.max_poll_records, lc.flush_records - len(pending)), 1.0)
+            fetch += time.perf_counter() - t
+            fetch_cpu += time.thread_time() - c
+            pending.extend(got)
+            pending_bytes += sum(len(r.value) for r in got)
+            seen += len(got)
+            continue
+        c = time.thread_time()
+        loader.load(pending)
+        load_cpu += time.thread_time() - c
+        t = time.perf_counter()
+        consumer.commit(pending)
+        commit += time.perf_counter() - t
+        pending, pending_bytes = [], 0
+    out = {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0,
+           "main_cpu": time.thread_time() - main0, "fetch": fetch, "commit": commit, "fetch_cpu": fetch_cpu,
+           "load_cpu": load_cpu,
+           "decode": loader.totals.decode_s, "insert": loader.totals.insert_s,
+           "rows": sum(loader.totals.rows.values()), "records": loader.totals.records,
+           "dead": sum(loader.totals.dead_letters.values())}
+    consumer.close()
+    return out
+
+
+def service_end_to_end(bootstrap: str, prefix: str, cfg, store) -> dict:
+    cfg = replace(cfg, transport=replace(cfg.transport, kind="kafka", topic_prefix=prefix),
+                  loader=replace(cfg.loader, metrics_address=""))
+    kafka = KafkaSettings.from_config({"bootstrap": bootstrap, "group_id": f"bench-svc-{uuid.uuid4().hex[:6]}"})
+    svc = LoaderService(cfg, store, kafka, until_caught_up=True)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    totals = svc.run()
+    return {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0,
+            "rows": sum(totals.rows.values())}
+
+
+def load_baseline(rev: str):
+    """pipeline/validate.py as it was at `rev`, imported under another name."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:pipeline/validate.py"], check=True,
+                            capture_output=True).stdout
+    spec = importlib.util.spec_from_loader("validate_baseline", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    exec(compile(source, f"{rev}:pipeline/validate.py", "exec"), module.__dict__)
+    return module
+
+
+def _decode_rows(module, records, limits, prefix: str) -> int:
+    envs = [module.decode(r.value, limits, _expected_kind(r.topic, prefix)) for r in records]
+    tables, _ = module.to_tables([e for e in envs if isinstance(e, module.Envelope)], int(time.time() * 1000),
+                                 limits)
+    return sum(t.num_rows for t in tables.values())
+
+
+def decode_only(module, records, limits, prefix: str, paused: bool) -> tuple[float, int]:
+    """Best CPU seconds of three runs of decode + to_tables over the records (as Loader.load runs them,
+    with the cycle collector paused or not), and the rows they made."""
+    best, rows = float("inf"), 0
+    for _ in range(3):
+        t = time.process_time()
+        if paused:
+            with cycle_collector_paused():
+                rows = _decode_rows(module, records, limits, prefix)
+        else:
+            rows = _decode_rows(module, records, limits, prefix)
+        best = min(best, time.process_time() - t)
+    return best, rows
+
+
+def fetch_all(bootstrap: str, prefix: str, expected: int) -> tuple[list, float]:
+    """Every record, read by a new group; and the process CPU seconds the reading took after joining."""
+    consumer = KafkaConsumerTransport(bootstrap, [topic_for(k, prefix) for k in KINDS],
+                                      group_id=f"bench-raw-{uuid.uuid4().hex[:6]}")
+    out: list = []
+    while not out:
+        out = consumer.poll(1, 0.2)
+    t = time.process_time()
+    while len(out) < expected:
+        out.extend(consumer.poll(5000, 1.0))
+    cpu = time.process_time() - t
+    consumer.close()
+    return out, cpu
+
+
+def insert_only(records, cfg, prefix: str, workdir: Path) -> float:
+    """Process CPU seconds (chDB's threads included) to insert the records' tables into a fresh store."""
+    limits = limits_from_config(cfg)
+    envs = [validate.decode(r.value, limits, _expected_kind(r.topic, prefix)) for r in records]
+    tables, _ = validate.to_tables(envs, int(time.time() * 1000), limits)
+    with ChdbStore(workdir) as store:
+        ddl.migrate(store)
+        t = time.process_time()
+        for kind, table in tables.items():
+            store.insert_arrow(f"raw_{kind}", table)
+        return time.process_time() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", type=int, default=128)
+    ap.add_argument("--hours", type=float, default=0.5)
+    ap.add_argument("--bootstrap", help="a running broker (default: start one from the cached jars)")
+    ap.add_argument("--baseline", default=BASELINE, help="git revision of the validator to compare with")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        broker = None if args.bootstrap else start_broker(tmp / "kafka")
+        bootstrap = args.bootstrap or broker.bootstrap
+        try:
+            scaled, msgs = workload(args.gpus, args.hours)
+            prefix = f"bench{uuid.uuid4().hex[:6]}"
+            mb = sum(len(v) for *_, v in msgs) / 1e6
+            produced_s = produce(bootstrap, prefix, msgs)
+            print(f"workload: {args.gpus} simulated GPUs x {args.hours:g} h = {len(msgs):,} batches, {mb:,.1f} MB of "
+                  f"JSON, produced to 4-partition topics in {produced_s:.1f} s")
+            with ChdbStore(tmp / "store") as store:
+                ddl.migrate(store)
+                r = consume_and_load(bootstrap, prefix, scaled, store, len(msgs))
+            with ChdbStore(tmp / "store-svc") as store:
+                ddl.migrate(store)
+                s = service_end_to_end(bootstrap, prefix, scaled, store)
+            fetches = [fetch_all(bootstrap, prefix, len(msgs)) for _ in range(3)]
+            records = fetches[0][0]
+            fetch_cpu = min(cpu for _, cpu in fetches)
+            del fetches
+            insert_cpu = min(insert_only(records, scaled, prefix, tmp / f"store-insert{i}") for i in range(3))
+        finally:
+            if broker is not None:
+                broker.stop()
+    rows = r["rows"]
+    from kafka.record import util as kafka_record_util
+
+    crc = "C (crc32c package)" if kafka_record_util._crc32c is not kafka_record_util.crc32c_py else \
+        "pure Python (the crc32c package is not installed)"
+    print(f"\nKafka → chDB, one process: {rows:,} rows in {r['records']:,} records, {r['dead']} dead letters; "
+          f"kafka-python checks record CRC32C in {crc}\n")
+    print(f"{'phase':18} {'seconds':>8} {'share':>6} {'rows/s in phase':>16}")
+    phases = {"fetch": r["fetch"], "decode/validate": r["decode"], "insert": r["insert"], "commit": r["commit"]}
+    other = r["wall"] - sum(phases.values())
+    for name, sec in [*phases.items(), ("other", other)]:
+        print(f"{name:18} {sec:8.2f} {sec / r['wall']:6.1%} {rows / sec if sec > 0.01 else 0:16,.0f}")
+    print(f"{'total (wall)':18} {r['wall']:8.2f} {'':6} {rows / r['wall']:16,.0f}")
+    print(f"\nCPU: {r['cpu']:.2f} s in the process: {r['main_cpu']:.2f} s on the loader thread (poll "
+          f"{r['fetch_cpu']:.2f} s, load {r['load_cpu']:.2f} s), {r['cpu'] - r['main_cpu']:.2f} s on kafka-python's "
+          f"and chDB's own threads. Wall above CPU is waiting (for the broker, or for a core on a busy machine).")
+    print(f"rows/s per core (rows / process CPU s): {rows / r['cpu']:,.0f}")
+    print(f"LoaderService end to end (goodput ingest --until-caught-up, incl. group join and the final lag check): "
+          f"{s['rows']:,} rows, {s['rows'] / s['wall']:,.0f} rows/s wall, {s['rows'] / s['cpu']:,.0f} rows/CPU-s")
+
+    limits = limits_from_config(scaled)
+    baseline = load_baseline(args.baseline)
+    before, n0 = decode_only(baseline, records, limits, prefix, paused=False)
+    after, n1 = decode_only(validate, records, limits, prefix, paused=False)
+    paused, n2 = decode_only(validate, records, limits, prefix, paused=True)
+    print("\nEach phase alone on the same records, best of 3, process CPU s (what one core does per phase):")
+    print(f"{'phase':18} {'CPU s':>7} {'share':>6} {'rows/CPU-s':>12}")
+    alone = {"fetch": fetch_cpu, "decode/validate": paused, "insert": insert_cpu}
+    for name, sec in alone.items():
+        print(f"{name:18} {sec:7.2f} {sec / sum(alone.values()):6.1%} {rows / sec:12,.0f}")
+    print(f"{'all three':18} {sum(alone.values()):7.2f} {'':6} {rows / sum(alone.values()):12,.0f}")
+
+    print(f"\ndecode/validate alone, same {len(records):,} records, best of 3 (CPU s):")
+    print(f"{'validator':44} {'CPU s':>7} {'rows/s':>12} {'vs before':>9}")
+    for name, sec, n in [(f"before ({args.baseline}), cycle collector on", before, n0),
+                         ("after: strict types, take() for per-row ids", after, n1),
+                         ("after + cycle collector paused (the loader)", paused, n2)]:
+        print(f"{name:44} {sec:7.2f} {n / sec:12,.0f} {before / sec:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
