@@ -70,10 +70,9 @@ class Agent:
         self.by_kind: dict[str, list[_Running]] = {}
         for c in collectors:
             self.by_kind.setdefault(c.kind, []).append(_Running(c))
-        fsync = cfg.spool_fsync
         self.spool = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes,
-                           segment_bytes=min(cfg.spool_segment_bytes, cfg.spool_max_bytes), fsync=fsync)
-        self.seqs = SeqState(cfg.seq_path, cfg.node, fsync=fsync != "never")
+                           segment_bytes=min(cfg.spool_segment_bytes, cfg.spool_max_bytes), fsync=cfg.spool_fsync)
+        self.seqs = SeqState(cfg.seq_path, cfg.node)
         self._raise_seqs_from_spool()
         self.sender = SpoolSender(self.spool, make_producer, self.metrics, window=cfg.send_window, clock=clock)
         self._dropped_seen = 0
@@ -104,8 +103,6 @@ class Agent:
         value = encode_batch(kind=kind, cluster=self.cluster, node=self.cfg.node, seq=seq,
                              sent_ms=int(self.clock() * 1000), columns=columns(kind, rows), agent=self.version)
         self.spool.append(topic_for(kind, self.topic_prefix), self.cfg.node.encode(), value)
-        self.sender.wake()
-        self._report_spool()
         return len(rows)
 
     def _collect(self, run: _Running, kind: str, now_ms: int) -> list[Row]:
@@ -161,10 +158,13 @@ class Agent:
         try:
             while not stop.is_set():
                 now = self.clock()
+                ticked = False
                 for kind in kinds:
                     if now >= due[kind]:
-                        self.tick(kind, int(due[kind] * 1000))
+                        ticked |= self.tick(kind, int(due[kind] * 1000)) > 0
                         due[kind] = self._next_aligned(kind, max(due[kind], self.clock()))
+                if ticked:
+                    self.sender.wake()  # once per tick, not per batch: one produce round for all kinds
                 self._report_spool()
                 if not due:
                     stop.wait(1.0)
@@ -182,6 +182,7 @@ class Agent:
         log.info("agent stopping: sending for up to %.0fs (%d batches in the spool)", self.cfg.shutdown_timeout_s, left)
         self.sender.stop(self.cfg.shutdown_timeout_s)
         self.spool.sync()
+        self.seqs.close()
         left = self.spool.stats.batches
         if left:
             log.warning("agent stopped with %d batches in the spool %s; they are sent at the next start",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import orjson
 
 from collectors.schema import KINDS, SCHEMA_VERSION
@@ -20,6 +19,8 @@ def _column(values: Any) -> Any:
     the simulator's 'absent'), object arrays and other sequences as lists."""
     if hasattr(values, "dtype"):
         if values.dtype.kind in "biuf":
+            import numpy as np  # already loaded by whoever made the array; agents never pay for it
+
             return np.ascontiguousarray(values)
         return values.tolist()
     return list(values)

@@ -311,7 +311,17 @@ class KafkaProducerTransport:
     def close(self, timeout_s: float | None = 30.0) -> None:
         """Flushes what it can within `timeout_s`, then closes; records still pending are dropped,
         so callers that must not lose them call `flush()` first and spool what it hands back."""
-        self._producer.close(timeout=timeout_s)
+        from kafka.errors import KafkaTimeoutError
+
+        try:
+            self._producer.close(timeout=timeout_s)
+        except KafkaTimeoutError:
+            # kafka-python's close() flushes first and raises when records are still pending, before
+            # it stops its network thread (kafka-python 3.0.x); stop that thread ourselves so nothing
+            # is sent after close returns and the process can exit.
+            sender = getattr(self._producer, "_sender", None)
+            if sender is not None:
+                sender.force_close()
 
 
 class KafkaConsumerTransport:

@@ -101,6 +101,8 @@ def test_metrics_endpoint_names_and_labels(node):
     node.start()
     node.wait_for(lambda: (node.metric("goodput_agent_batches_sent_total", kind="gpu") or 0) >= 2, 30,
                   "gpu batches delivered")
+    node.wait_for(lambda: node.metric("goodput_collector_success", collector="steps") == 1, 10,
+                  "the step receiver's first (1 s) tick")
     families = {f.name: f for f in text_string_to_metric_families(node.scrape())}
     util = families["goodput_gpu_utilization_percent"]
     assert util.type == "gauge" and len(util.samples) == 8

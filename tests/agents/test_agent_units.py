@@ -57,18 +57,43 @@ def test_parse_address():
 
 def test_seq_state_survives_restarts_and_refuses_another_nodes_file(tmp_path):
     path = tmp_path / "seq.json"
-    s = SeqState(path, "n1")
+    s = SeqState(path, "n1", boot_id="boot-1")
     assert [s.reserve("gpu") for _ in range(3)] == [0, 1, 2]
     assert s.reserve("nic") == 0
-    again = SeqState(path, "n1")
+    again = SeqState(path, "n1", boot_id="boot-1")  # killed, restarted on the same boot: exact
     assert again.reserve("gpu") == 3 and again.reserve("nic") == 1
     again.floor("gpu", 10)
-    assert SeqState(path, "n1").reserve("gpu") == 10
+    assert SeqState(path, "n1", boot_id="boot-1").reserve("gpu") == 10
     with pytest.raises(AgentStateError, match="belongs to node 'n1'"):
-        SeqState(path, "n2")
-    path.write_text("{not json")
+        SeqState(path, "n2", boot_id="boot-1")
+
+
+def test_seq_state_after_power_loss_leaves_a_gap_never_a_reuse(tmp_path):
+    path = tmp_path / "seq.json"
+    s = SeqState(path, "n1", block=100, boot_id="boot-1")
+    for _ in range(150):
+        s.reserve("gpu")
+    stale = path.read_bytes()
+    for _ in range(30):
+        s.reserve("gpu")  # 180 used; say the page cache holding these writes was lost with the power
+    path.write_bytes(stale)
+    after = SeqState(path, "n1", block=100, boot_id="boot-2")  # unclean stop, then a reboot
+    first = after.reserve("gpu")
+    assert 180 <= first <= 180 + 100, "resumes at the durable ceiling: above every seq used, gap <= block"
+    after.close()
+    assert SeqState(path, "n1", boot_id="boot-3").reserve("gpu") == first + 1, "a clean stop is trusted"
+
+
+def test_seq_state_torn_exact_file_falls_back_to_the_ceiling_and_both_unreadable_is_an_error(tmp_path):
+    path = tmp_path / "seq.json"
+    s = SeqState(path, "n1", boot_id="b")
+    for _ in range(5):
+        s.reserve("gpu")
+    path.write_text('{"version": 1, "next": {"gp')
+    assert SeqState(path, "n1", boot_id="b").reserve("gpu") >= 5
+    (tmp_path / "seq.ceiling.json").write_text("{not json")
     with pytest.raises(AgentStateError, match="max\\(seq\\) FROM ingested_batches"):
-        SeqState(path, "n1")
+        SeqState(path, "n1", boot_id="b")
 
 
 # ------------------------------------------------------------------ batching
