@@ -1,0 +1,99 @@
+"""What the node agent costs its node: CPU % of one core and resident memory, at 1 Hz, with 8 GPUs
+(fake NVML, so NVML's own time inside the driver is not counted) and 8 RDMA ports, 4 disks, PSI, an
+NFS mount and a Lustre client (fixture trees), sending to a real Kafka broker on loopback.
+
+The agent runs as its own process, exactly as systemd starts it; CPU is its utime+stime from
+/proc/<pid>/stat over the measuring window (after a warm-up), memory its VmRSS and VmHWM. Baseline, in
+the same run: a Python process that only imports what the agent imports, so the figure separates
+"Python + kafka-python + prometheus-client loaded" from what the agent does with them.
+
+Run: .venv/bin/python bench/bench_agent.py [seconds]   (needs `bash .ci/install.d/kafka.sh` first)
+Goal (issue 4): < 1 % of one core, < 60 MB RSS.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.agents.harness import FixtureNode  # noqa: E402
+from tests.fixtures import kafka_dist  # noqa: E402
+from tests.fixtures.kafka import KafkaBroker, _free_ports  # noqa: E402
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+IMPORTS = ("import agents.daemon, agents.sources, agents.metrics, pipeline.kafka_transport, kafka, "
+           "prometheus_client, collectors.nvml, collectors.rdma, collectors.lustre, collectors.nfs, "
+           "collectors.diskstats, collectors.psi, collectors.steps, tests.agents.fake_nvml_module, time; "
+           "time.sleep(30)")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def baseline_rss_kib() -> int:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", IMPORTS], cwd=ROOT, env=env)
+    try:
+        time.sleep(8)
+        return memory_kib(proc.pid)["VmRSS"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def main(seconds: float = 60.0) -> None:
+    if not kafka_dist.is_installed():
+        sys.exit("Kafka jars missing: run `bash .ci/install.d/kafka.sh` first")
+    with tempfile.TemporaryDirectory() as tmp:
+        port, controller, ssl_port, sasl_port = _free_ports(4)
+        broker = KafkaBroker(libs=kafka_dist.libs_dir(), workdir=Path(tmp) / "kafka", port=port,
+                             controller_port=controller, ssl_port=ssl_port, sasl_ssl_port=sasl_port,
+                             java=shutil.which("java"))
+        broker.workdir.mkdir()
+        broker.configure()
+        broker.start()
+        try:
+            node = FixtureNode(Path(tmp) / "node", broker.bootstrap, interval_s=1.0)
+            node.start()
+            time.sleep(10)  # warm-up: imports done, first ticks, producer connected
+            pid = node.proc.pid
+            c0, t0, sent0 = cpu_seconds(pid), time.monotonic(), node.next_seqs()
+            time.sleep(seconds)
+            c1, t1, sent1 = cpu_seconds(pid), time.monotonic(), node.next_seqs()
+            mem = memory_kib(pid)
+            spooled = node.metric("goodput_agent_spool_batches")
+            node.stop()
+            base = baseline_rss_kib()
+        finally:
+            broker.stop()
+    cpu_pct = (c1 - c0) / (t1 - t0) * 100
+    batches = sum(sent1[k] - sent0[k] for k in sent1)
+    print(f"agent, 8 GPUs + 8 RDMA ports + 4 disks + PSI + NFS + Lustre (8 OSTs), 1 Hz, real broker, {seconds:.0f} s")
+    print(f"  batches produced            {batches} ({batches / (t1 - t0):.1f}/s), {spooled:.0f} in the spool at the end")
+    print(f"  CPU                         {cpu_pct:.2f} % of one core   (goal < 1 %)")
+    print(f"  RSS now / peak              {mem['VmRSS'] / 1024:.1f} MiB / {mem['VmHWM'] / 1024:.1f} MiB   (goal < 60 MB)")
+    print(f"  baseline: same imports, idle {base / 1024:.1f} MiB  -> the agent's own working set "
+          f"{(mem['VmRSS'] - base) / 1024:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0)

@@ -1,0 +1,78 @@
+"""The deployment files say what docs/agent.md says: checked against the agent's own config parser,
+systemd's verifier and the manifest's structure, so a rename in one place cannot leave them behind."""
+
+from __future__ import annotations
+
+import configparser
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agents.config import AgentConfig, parse_address, parse_agent
+from pipeline.config import parse
+from pipeline.kafka_transport import KafkaSettings
+
+DEPLOY = Path(__file__).resolve().parents[2] / "agents" / "deploy"
+
+
+def _unit() -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read(DEPLOY / "goodput-agent.service")
+    return unit
+
+
+def test_systemd_unit_passes_systemd_analyze_verify(tmp_path):
+    verify = shutil.which("systemd-analyze")
+    if verify is None:
+        pytest.fail("systemd-analyze not found: install Debian's systemd package (.ci/install.sh does)")
+    text = (DEPLOY / "goodput-agent.service").read_text()
+    text = text.replace("/opt/goodput/.venv/bin/goodput", str(Path(sys.executable).with_name("goodput")))
+    unit = tmp_path / "goodput-agent.service"
+    unit.write_text(text)
+    out = subprocess.run([verify, "verify", str(unit)], capture_output=True, text=True)
+    assert out.returncode == 0 and "goodput-agent.service" not in out.stderr, out.stderr
+
+
+def test_systemd_unit_gives_the_agent_time_to_flush_and_keeps_its_state():
+    service = _unit()["Service"]
+    assert float(service["TimeoutStopSec"]) > AgentConfig().shutdown_timeout_s + 5
+    assert service["KillSignal"] == "SIGTERM" and service["Restart"] == "always"
+    assert f"/var/lib/{service['StateDirectory']}" == AgentConfig().state_dir
+    assert f"--state-dir {AgentConfig().state_dir}" in service["ExecStart"]
+
+
+def test_daemonset_mounts_what_its_config_reads():
+    config_map, daemonset = list(yaml.safe_load_all((DEPLOY / "daemonset.yaml").read_text()))
+    toml = tomllib.loads(config_map["data"]["goodput.toml"])
+    cfg = parse(toml, "daemonset ConfigMap")
+    agent = parse_agent(toml["agent"], env={"GOODPUT_NODE": "gpu-001"})
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True and spec["hostPID"] is True
+    container = spec["containers"][0]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for path, host in ((agent.sys_root, "/sys"), (agent.proc_root, "/proc")):
+        assert mounts[path]["readOnly"] is True and volumes[mounts[path]["name"]]["hostPath"]["path"] == host
+    assert all(any(root.startswith(m) for m in mounts) for root in agent.lustre_roots)
+    state = mounts[agent.state_dir]
+    assert "hostPath" in volumes[state["name"]] and not state.get("readOnly"), "seqs and spool outlive the pod"
+    config_mount = mounts["/etc/goodput"]
+    assert container["args"] == ["agent", "--config", "/etc/goodput/goodput.toml"]
+    assert volumes[config_mount["name"]]["configMap"]["name"] == config_map["metadata"]["name"]
+    env = {e["name"]: e.get("valueFrom", e.get("value")) for e in container["env"]}
+    assert env["GOODPUT_NODE"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    kafka = KafkaSettings.from_config(cfg.transport.kafka)
+    for var in (kafka.sasl_username_env, kafka.sasl_password_env):
+        assert "secretKeyRef" in env[var], f"{var} named by the config must come from a Secret"
+    port = parse_address(agent.metrics_address, "metrics_address")[1]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["metrics"] == port
+    assert daemonset["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    assert ports["steps"] == parse_address(agent.step_address, "step_address")[1]
+    assert spec["terminationGracePeriodSeconds"] > agent.shutdown_timeout_s + 5
