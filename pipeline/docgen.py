@@ -1,6 +1,7 @@
-"""Writes docs/messages.md and docs/clickhouse.md from the declarations, so the docs cannot drift.
+"""Writes docs/messages.md, docs/clickhouse.md and docs/metrics.md from the declarations, so the docs
+cannot drift.
 
-`python -m pipeline.docgen` rewrites them; tests/skeleton/test_docs.py fails when they are stale.
+`python -m pipeline.docgen` rewrites them; tests/skeleton/test_contract.py fails when they are stale.
 """
 
 from __future__ import annotations
@@ -129,9 +130,49 @@ Requires ClickHouse >= 23.8 (DateTime64, TTL, codecs, window functions); chDB 3+
     return "\n".join(out)
 
 
+def _self_metrics_table(metrics: dict[str, tuple[str, str, tuple[str, ...]]]) -> list[str]:
+    out = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for name, (mtype, help_text, labels) in metrics.items():
+        out.append(f"| `{name}` | {mtype} | {', '.join(f'`{label}`' for label in labels)} | {help_text} |")
+    return out
+
+
+def metrics_md() -> str:
+    """Every Prometheus series goodput exports, from the declarations (schema fields and catalog)."""
+    out = [f"""# Prometheus metrics, version {SCHEMA_VERSION}
+
+Generated from `collectors/schema.py` and `pipeline/catalog.py` by `python -m pipeline.docgen`; do not
+edit by hand. Names follow the Prometheus conventions (base units: bytes, seconds, hertz, joules;
+`_total` for counters; `_per_second` for rates the agent already computed) and carry the `goodput_`
+prefix. Label names follow dcgm-exporter for GPUs (`gpu`, `UUID`, `modelName`, `pci_bus_id`,
+`Hostname`, `hpc_job`) and node_exporter for devices (`device`, `port`). A series is absent, never 0,
+when the node cannot measure it; it disappears when its collector fails (then
+`goodput_collector_success{{collector=...}}` is 0). Renaming or removing a series is a breaking change.
+
+## Agent: samples (`goodput agent`, default port 9477)
+"""]
+    for k in KINDS.values():
+        metric_fields = [f for f in k.fields if f.metric]
+        if not metric_fields:
+            continue
+        labels = [f"`{f.label}`" for f in k.fields if f.label] + (["`Hostname`"] if k.name == "gpu" else [])
+        out += [f"### {k.name}", "", f"Labels: {', '.join(labels)}.", "",
+                "| metric | type | from field | meaning |", "|---|---|---|---|"]
+        for f in metric_fields:
+            name = f.metric if f.metric_type != "counter" or f.metric.endswith("_total") else f"{f.metric}_total"
+            scale = f" (x{f.metric_scale:g})" if f.metric_scale != 1 else ""
+            out.append(f"| `{name}` | {f.metric_type} | `{f.name}`{scale} | {f.help} |")
+        out.append("")
+    out += ["## Agent: its own health", ""] + _self_metrics_table(catalog.AGENT_SELF_METRICS)
+    out += ["", "## Loader (`goodput ingest --config`, default port 9479)", ""]
+    out += _self_metrics_table(catalog.LOADER_METRICS) + [""]
+    return "\n".join(out)
+
+
 def write() -> None:
     (DOCS / "messages.md").write_text(messages_md())
     (DOCS / "clickhouse.md").write_text(clickhouse_md())
+    (DOCS / "metrics.md").write_text(metrics_md())
 
 
 if __name__ == "__main__":

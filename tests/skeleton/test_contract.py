@@ -30,6 +30,7 @@ def test_docs_are_generated_from_the_declarations():
         docgen.write()
     assert (DOCS / "messages.md").read_text() == docgen.messages_md(), "run: python -m pipeline.docgen"
     assert (DOCS / "clickhouse.md").read_text() == docgen.clickhouse_md(), "run: python -m pipeline.docgen"
+    assert (DOCS / "metrics.md").read_text() == docgen.metrics_md(), "run: python -m pipeline.docgen"
 
 
 def test_every_kind_has_a_documented_example_that_validates():
