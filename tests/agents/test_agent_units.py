@@ -219,3 +219,14 @@ def test_samples_exported_with_labels_scale_and_vanish_when_forgotten():
     m.samples.forget("nvml")
     fams = {f.name for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
     assert "goodput_gpu_sm_clock_hertz" not in fams and "goodput_collector_success" in fams
+
+
+def test_the_example_configs_agent_table_states_the_defaults():
+    import dataclasses
+    import tomllib
+
+    from agents.config import AgentConfig
+    from pipeline.config import EXAMPLE_CONFIG
+
+    table = tomllib.loads(EXAMPLE_CONFIG.read_text())["agent"]
+    assert parse_agent(table, env={}, node="n") == dataclasses.replace(AgentConfig(), node="n")
