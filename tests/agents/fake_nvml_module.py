@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import os
 
+import pynvml as _real
+
 from tests.collectors.fake_pynvml import FakeNvml
 from tests.collectors.trees import typical_gpus
 
 _nvml = FakeNvml(typical_gpus(int(os.environ.get("GOODPUT_FAKE_GPUS", "8"))))
+
+# The fake's functions and the real module's constants and errors become this module's attributes,
+# so a lookup costs what it costs on the real module (the agent benchmark measures the agent, not
+# the shim); anything else is still refused by FakeNvml.__getattr__.
+globals().update({name: getattr(_nvml, name) for name in dir(type(_nvml)) if name.startswith("nvml")})
+globals().update({name: getattr(_real, name) for name in dir(_real) if name.startswith(("NVML_", "NVMLError"))})
+c_nvmlGpmMetricsGet_t = _nvml.c_nvmlGpmMetricsGet_t
 
 
 def __getattr__(name: str):
