@@ -7,9 +7,9 @@ their offsets. What can fail outside the input is retried, never skipped:
 - the store fails (StoreError): the same records are loaded again after a backoff, nothing is committed
   meanwhile and nothing new is polled, so an outage of any length loses nothing (the records stay in
   Kafka) and doubles nothing (a repeated insert carries the same deduplication token);
-- Kafka fails (TransportError): the client is rebuilt or the call repeated after a backoff, with a log
-  line that names the brokers and what to check; a refused commit only means those records come again,
-  which the loader recognises;
+- Kafka fails (TransportError): making the consumer, or the failed call, is repeated after a backoff,
+  with a log line that names the brokers and what to check; a refused commit only means those records
+  come again, which the loader recognises;
 - bad input never stops it: the loader dead-letters it.
 
 SIGTERM/SIGINT (`install_signal_handlers`) set the `stop` event: the loop loads and commits what it
