@@ -14,18 +14,18 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline import config as config_mod, ddl
-from pipeline.analyzers import run as analyzers
-from pipeline.kafka_transport import KafkaSettings
-from pipeline.loader import Loader, limits_from_config
-from pipeline.loader_service import LoaderService, install_signal_handlers, summary as load_summary
-from pipeline.progress import Progress
-from pipeline.store import open_store
-from pipeline.summary import as_json, format_team_table, team_table
+from pipeline import config as config_mod
 from pipeline.transport import Record
+
+# The store, loader, analyzers and summary (Arrow, Polars, chDB: ~60 MB and ~0.4 s to import) are
+# imported inside the commands that use them: `goodput agent` shares this command line and must stay
+# small on every GPU node.
 
 
 def _store(args, cfg):
+    from pipeline import ddl
+    from pipeline.store import open_store
+
     store = open_store(cfg.store.kind, args.store or cfg.store.path, cfg.store.server)
     ddl.migrate(store)
     return store
@@ -41,6 +41,9 @@ def file_records(path: Path):
 
 
 def cmd_ingest(args) -> int:
+    from pipeline.loader import Loader, limits_from_config
+    from pipeline.progress import Progress
+
     cfg = config_mod.load(args.config)
     if args.source is None:
         return _serve_kafka(args, cfg)
@@ -72,6 +75,9 @@ def cmd_ingest(args) -> int:
 
 def _serve_kafka(args, cfg) -> int:
     """The loader service: Kafka → store until SIGTERM/SIGINT (or, with --until-caught-up, no lag)."""
+    from pipeline.kafka_transport import KafkaSettings
+    from pipeline.loader_service import LoaderService, install_signal_handlers, summary as load_summary
+
     if cfg.transport.kind != "kafka":
         print(f"goodput ingest: {cfg.source} has [transport] kind = {cfg.transport.kind!r}, so there is no "
               f"Kafka to load from: set [transport] kind = \"kafka\" and [transport.kafka] bootstrap = "
@@ -101,6 +107,8 @@ def _serve_kafka(args, cfg) -> int:
 
 
 def _analyze(store, cfg, since_ms, until_ms) -> None:
+    from pipeline.analyzers import run as analyzers
+
     if since_ms is None or until_ms is None:
         t = store.query_arrow("SELECT toUnixTimestamp64Milli(min(ts)) AS a, toUnixTimestamp64Milli(max(ts)) AS b "
                               "FROM raw_job").to_pylist()[0]
@@ -125,6 +133,8 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_summary(args) -> int:
+    from pipeline.summary import as_json, format_team_table, team_table
+
     cfg = config_mod.load(args.config)
     with _store(args, cfg) as store:
         if args.json:

@@ -18,9 +18,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import pyarrow as pa
+if TYPE_CHECKING:  # only for annotations: the agent imports StoreError without loading Arrow
+    import pyarrow as pa
 
 
 class StoreError(RuntimeError):

@@ -230,3 +230,14 @@ def test_the_example_configs_agent_table_states_the_defaults():
 
     table = tomllib.loads(EXAMPLE_CONFIG.read_text())["agent"]
     assert parse_agent(table, env={}, node="n") == dataclasses.replace(AgentConfig(), node="n")
+
+
+def test_the_agent_loads_no_columnar_stack():
+    """The agent runs on every GPU node: Arrow, Polars, NumPy and chDB (~60 MB) stay out of it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, agents.cli, agents.daemon, agents.sources, agents.metrics; "
+            "print(sorted(m for m in ('pyarrow', 'polars', 'numpy', 'chdb', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
