@@ -93,6 +93,10 @@ class LoaderConfig:
     """`[loader]`: what the validator accepts, and how the Kafka loader service (`goodput ingest`,
     pipeline/loader_service.py) batches, retries and reports. docs/loader.md explains each key."""
 
+    MAX_PAST_DAYS = 90
+    """Upper bound of max_past_days: pipeline.ddl.RAW_TTL_DAYS, spelt out so that reading a config does not
+    import the store's modules (tests/loader/test_config.py checks they agree). Not annotated: no key."""
+
     max_batch_rows: int = 100_000
     max_past_days: float = 30.0
     max_future_s: float = 300.0
@@ -123,11 +127,10 @@ class LoaderConfig:
         for name in ("flush_interval_s", "retry_backoff_s", "lag_interval_s", "analyze_lookback_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"[loader].{name}: must be > 0 seconds, got {getattr(self, name)}")
-        from pipeline.ddl import RAW_TTL_DAYS  # late: config stays importable without the store's modules
-
-        if not 0 < self.max_past_days <= RAW_TTL_DAYS:
-            raise ConfigError(f"[loader].max_past_days: {self.max_past_days} is not in (0, {RAW_TTL_DAYS}]: raw "
-                              f"tables keep {RAW_TTL_DAYS} days, and one insert may touch at most 100 day partitions")
+        if not 0 < self.max_past_days <= self.MAX_PAST_DAYS:
+            raise ConfigError(f"[loader].max_past_days: {self.max_past_days} is not in (0, {self.MAX_PAST_DAYS}]: "
+                              f"raw tables keep {self.MAX_PAST_DAYS} days, and one insert may touch at most 100 "
+                              f"day partitions")
         if self.retry_backoff_max_s < self.retry_backoff_s:
             raise ConfigError(f"[loader].retry_backoff_max_s ({self.retry_backoff_max_s}) is below "
                               f"retry_backoff_s ({self.retry_backoff_s})")
