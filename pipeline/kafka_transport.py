@@ -231,6 +231,9 @@ class KafkaProducerTransport:
                 delivery_timeout_ms=s.delivery_timeout_ms,
                 max_block_ms=s.max_block_ms,
                 allow_auto_create_topics=False,
+                # kafka-python's own sensors cost CPU on every record and nothing reads them: the
+                # agent exports what matters itself (docs/metrics.md).
+                metrics_enabled=False,
             )
         except KafkaError as e:
             raise TransportError(f"Kafka producer could not start: {_why(e)}; {s.what_to_check()}") from e
