@@ -129,7 +129,7 @@ SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
        quantilesState({percentile_levels})(g.busy) AS q
 FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) AS t, coalesce(sm_active_pct, util_gpu_pct) AS busy,
              ifNull(throttle_reasons, 0) AS thr
-      FROM raw_gpu
+      FROM raw_gpu FINAL
       WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
         AND ts < fromUnixTimestamp64Milli(toInt64({end}))) AS g
 ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run') AS p
@@ -158,7 +158,7 @@ storage AS (
            sumIf(read_bytes_per_s, source IN ('nfs', 'lustre'))
                / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
            maxIf(psi_some_pct, source = 'psi') AS psi
-    FROM raw_storage
+    FROM raw_storage FINAL
     WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
       AND ts < fromUnixTimestamp64Milli(toInt64({end}))
     GROUP BY node, wi
@@ -174,7 +174,7 @@ net AS (
         SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts), {W}) AS wi,
                avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(cnp_handled_per_s) AS cnp,
                avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
-        FROM raw_nic
+        FROM raw_nic FINAL
         WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
           AND ts < fromUnixTimestamp64Milli(toInt64({end}))
         GROUP BY node, device, port, wi

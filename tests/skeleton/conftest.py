@@ -50,8 +50,10 @@ def run_pipeline(tmp_path, gpus=64, hours=1.0, seed=3, **overrides):
             "start_ms": start_ms}
 
 
-@pytest.fixture(scope="session", params=list(SCENARIOS))
+@pytest.fixture(scope="module", params=list(SCENARIOS))
 def scenario(request, tmp_path_factory):
+    """Module-scoped, not session: chDB allows one data directory per process, so a store held open
+    for the whole session would break every later test that opens its own."""
     out = run_pipeline(tmp_path_factory.mktemp(request.param), **SCENARIOS[request.param])
     out["name"] = request.param
     yield out
