@@ -80,6 +80,14 @@ class KafkaSettings:
     agents idle up to half a minute after the brokers are back."""
     max_block_ms: int = 10_000
     max_pending_bytes: int = 64 * 1024 * 1024
+    session_timeout_ms: int = 10_000
+    """Consumer group: how long a loader that stopped heartbeating (crashed, SIGKILLed) keeps its
+    partitions before they move to the others. Kafka's 45 s default means 45 s of no loading after a
+    crash; heartbeats come from a background thread, so a long insert does not trip a short timeout."""
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    """Consumer group: longest gap between polls (one load, retries of a failing store included)
+    before the member is considered stuck and its partitions are reassigned."""
 
     @classmethod
     def from_config(cls, cfg: "KafkaSettings | Mapping[str, Any] | str") -> "KafkaSettings":
@@ -126,6 +134,8 @@ class KafkaSettings:
             raise ValueError("transport.kafka.max_in_flight must be 1..5: more turns the idempotent producer off")
         if self.delivery_timeout_ms < self.request_timeout_ms + self.linger_ms:
             raise ValueError("transport.kafka.delivery_timeout_ms must be >= request_timeout_ms + linger_ms")
+        if not 3 * self.heartbeat_interval_ms <= self.session_timeout_ms:
+            raise ValueError("transport.kafka.heartbeat_interval_ms must be at most a third of session_timeout_ms")
 
     @property
     def servers(self) -> list[str]:
@@ -354,6 +364,9 @@ class KafkaConsumerTransport:
                 group_id=self.group_id,
                 enable_auto_commit=False,
                 auto_offset_reset=auto_offset_reset,
+                session_timeout_ms=s.session_timeout_ms,
+                heartbeat_interval_ms=s.heartbeat_interval_ms,
+                max_poll_interval_ms=s.max_poll_interval_ms,
                 allow_auto_create_topics=False,
             )
         except KafkaError as e:
