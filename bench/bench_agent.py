@@ -60,6 +60,27 @@ def baseline_rss_kib() -> int:
         proc.wait()
 
 
+def collectors_alone_pct(config: Path, ticks: int = 200) -> float:
+    """CPU % of one core at 1 Hz of the same collectors on the same fixture node, in this process:
+    what the agent costs beyond them is its own machinery (batching, spool, Kafka client, HTTP)."""
+    from agents.config import load_agent
+    from agents.sources import build_collectors
+
+    os.environ.setdefault("GOODPUT_FAKE_GPUS", "8")
+    collectors, _ = build_collectors(load_agent(config))
+    now = 1_700_000_000_000
+    for c in collectors:
+        c.collect(now)
+    start = time.process_time()
+    for t in range(1, ticks + 1):
+        for c in collectors:
+            c.collect(now + 1000 * t)
+    pct = (time.process_time() - start) / ticks * 100
+    for c in collectors:
+        getattr(c, "close", lambda: None)()
+    return pct
+
+
 def main(seconds: float = 60.0) -> None:
     if not kafka_dist.is_installed():
         sys.exit("Kafka jars missing: run `bash .ci/install.d/kafka.sh` first")
@@ -83,6 +104,7 @@ def main(seconds: float = 60.0) -> None:
             spooled = node.metric("goodput_agent_spool_batches")
             node.stop()
             base = baseline_rss_kib()
+            alone = collectors_alone_pct(node.config)
         finally:
             broker.stop()
     cpu_pct = (c1 - c0) / (t1 - t0) * 100
@@ -90,6 +112,8 @@ def main(seconds: float = 60.0) -> None:
     print(f"agent, 8 GPUs + 8 RDMA ports + 4 disks + PSI + NFS + Lustre (8 OSTs), 1 Hz, real broker, {seconds:.0f} s")
     print(f"  batches produced            {batches} ({batches / (t1 - t0):.1f}/s), {spooled:.0f} in the spool at the end")
     print(f"  CPU                         {cpu_pct:.2f} % of one core   (goal < 1 %)")
+    print(f"    of which the collectors   {alone:.2f} %  (same fixture, timed alone in this process); "
+          f"the agent's own machinery {cpu_pct - alone:.2f} %")
     print(f"  RSS now / peak              {mem['VmRSS'] / 1024:.1f} MiB / {mem['VmHWM'] / 1024:.1f} MiB   (goal < 60 MB)")
     print(f"  baseline: same imports, idle {base / 1024:.1f} MiB  -> the agent's own working set "
           f"{(mem['VmRSS'] - base) / 1024:.1f} MiB")
