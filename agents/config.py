@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import socket
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from collectors.diskstats import DEFAULT_EXCLUDE
 from collectors.lustre import DEFAULT_ROOTS as LUSTRE_ROOTS
 from collectors.schema import KINDS
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, read_toml
 
 SOURCES = ("nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps", "slurm", "volcano", "kueue", "jobfile")
 """Collectors the agent knows how to build, by the name each reports in goodput_collector_success."""
@@ -144,14 +143,5 @@ def parse_address(text: str, where: str) -> tuple[str, int]:
 
 def load_agent(path: str | os.PathLike | None, **overrides: Any) -> AgentConfig:
     """The `[agent]` table of the config file at `path` (the shipped example when None)."""
-    from pipeline.config import EXAMPLE_CONFIG
-
-    p = Path(path) if path else EXAMPLE_CONFIG
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {p} does not exist; start from {EXAMPLE_CONFIG}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
-    table = dict(data.get("agent", {}))
-    return parse_agent(table, **overrides)
+    data, _ = read_toml(path)
+    return parse_agent(dict(data.get("agent", {})), **overrides)

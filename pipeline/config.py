@@ -286,13 +286,19 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     return cfg
 
 
-def load(path: str | os.PathLike | None = None) -> Config:
-    """Reads a config file (default: the example config shipped with goodput)."""
+def read_toml(path: str | os.PathLike | None) -> tuple[dict[str, Any], Path]:
+    """The parsed file at `path` (default: the shipped example) and its path; a missing or invalid
+    file is a ConfigError naming it. Every component reads its tables through this."""
     p = Path(path) if path else EXAMPLE_CONFIG
     try:
-        data = tomllib.loads(p.read_text())
+        return tomllib.loads(p.read_text()), p
     except FileNotFoundError:
         raise ConfigError(f"config file {p} does not exist; start from {EXAMPLE_CONFIG}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    """Reads a config file (default: the example config shipped with goodput)."""
+    data, p = read_toml(path)
     return parse(data, str(p))
