@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pyarrow.parquet as pq
 
 from agents.sim.cluster import SimConfig, scaled_config, simulate

@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.agents.harness import FixtureNode  # noqa: E402
 from tests.fixtures import kafka_dist  # noqa: E402
-from tests.fixtures.kafka import KafkaBroker, _free_ports  # noqa: E402
+from tests.fixtures.kafka import KafkaBroker  # noqa: E402
+from tests.fixtures.server_process import free_ports  # noqa: E402
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 IMPORTS = ("import agents.daemon, agents.sources, agents.metrics, pipeline.kafka_transport, kafka, "
@@ -85,7 +86,7 @@ def main(seconds: float = 60.0) -> None:
     if not kafka_dist.is_installed():
         sys.exit("Kafka jars missing: run `bash .ci/install.d/kafka.sh` first")
     with tempfile.TemporaryDirectory() as tmp:
-        port, controller, ssl_port, sasl_port = _free_ports(4)
+        port, controller, ssl_port, sasl_port = free_ports(4)
         broker = KafkaBroker(libs=kafka_dist.libs_dir(), workdir=Path(tmp) / "kafka", port=port,
                              controller_port=controller, ssl_port=ssl_port, sasl_ssl_port=sasl_port,
                              java=shutil.which("java"))

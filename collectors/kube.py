@@ -29,7 +29,7 @@ uses the official `kubernetes` client when installed (it is not a dependency of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
