@@ -241,3 +241,36 @@ def test_the_agent_loads_no_columnar_stack():
             "print(sorted(m for m in ('pyarrow', 'polars', 'numpy', 'chdb', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class SteadyGpus:
+    """A stand-in collector (the agent's side of the interface is what is under test here)."""
+
+    name, kind = "steady", "gpu"
+
+    def collect(self, now_ms):
+        return [{"ts_ms": now_ms, "gpu": i, "uuid": f"GPU-{i}", "util_gpu_pct": 50.0} for i in range(8)]
+
+
+def test_a_full_spool_drops_the_oldest_and_counts_it_while_kafka_is_unreachable(tmp_path):
+    from agents.daemon import Agent
+
+    def no_broker():
+        raise TransportError("no broker answers")
+
+    cfg = parse_agent({"state_dir": str(tmp_path), "metrics_address": "", "spool_max_bytes": 64 * 1024,
+                       "spool_segment_bytes": 16 * 1024}, env={}, node="n1")
+    agent = Agent(cfg, cluster="c", topic_prefix="goodput", collectors=[SteadyGpus()], make_producer=no_broker)
+    try:
+        for t in range(400):
+            agent.tick("gpu", 1_700_000_000_000 + 1000 * t)
+        agent._report_spool()
+        stats = agent.spool.stats
+        assert stats.bytes <= 64 * 1024 and stats.dropped > 0
+        fams = {f.name: f for f in text_string_to_metric_families(generate_latest(agent.metrics.registry).decode())}
+        assert fams["goodput_agent_spool_dropped_batches"].samples[0].value == stats.dropped
+        assert fams["goodput_agent_spool_batches"].samples[0].value == stats.batches == 400 - stats.dropped
+        newest = [e.value for e in agent.spool.replay()][-1]
+        assert b'"seq":399' in newest, "the newest batches are the ones kept"
+    finally:
+        agent.spool.close()
