@@ -170,6 +170,10 @@ class Agent:
                     stop.wait(1.0)
                     continue
                 stop.wait(max(0.0, min(due.values()) - self.clock()))
+            if self.by_kind.get("step"):
+                # Step events are not resampled like gauges: drain what reporters sent since the last
+                # tick, so a stop loses none of them.
+                self.tick("step", int(self.clock() * 1000))
         finally:
             self.close()
 

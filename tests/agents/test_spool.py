@@ -210,7 +210,9 @@ def test_process_killed_while_appending_loses_only_the_torn_record(tmp_path):
         proc.wait(10)
     with Spool(tmp_path, segment_bytes=256 * 1024, max_bytes=64 << 20) as sp:
         seqs = [int(e.value[:8]) for e in sp.replay()]
-        assert len(seqs) > 200 and seqs == list(range(len(seqs))), "a contiguous prefix, nothing reordered"
+        # A fast disk can fill the 64 MiB in the 0.3 s, and then the oldest segments were dropped: what
+        # is left must still be one contiguous run, nothing reordered, nothing missing inside it.
+        assert len(seqs) > 200 and seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a contiguous run"
         assert sp.stats.torn in (0, 1)
         for e in sp.replay():
             assert len(e.value) == 9 + int(e.value[:8]) % 5000
