@@ -21,7 +21,7 @@ from typing import Any
 from collectors.diskstats import DEFAULT_EXCLUDE
 from collectors.lustre import DEFAULT_ROOTS as LUSTRE_ROOTS
 from collectors.schema import KINDS
-from pipeline.config import ConfigError, read_toml
+from pipeline.config import ConfigError, parse_address, read_toml
 
 SOURCES = ("nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps", "slurm", "volcano", "kueue", "jobfile")
 """Collectors the agent knows how to build, by the name each reports in goodput_collector_success."""
@@ -131,14 +131,6 @@ def parse_agent(table: dict[str, Any], where: str = "agent", *, env: dict[str, s
             parse_address(kwargs[key], f"[{where}].{key}")
     kwargs["node"] = node or env.get("GOODPUT_NODE") or kwargs.get("node") or socket.gethostname()
     return AgentConfig(**kwargs)
-
-
-def parse_address(text: str, where: str) -> tuple[str, int]:
-    """"host:port" (or ":port" for every interface) -> (host, port)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{where}: expected host:port, got {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def load_agent(path: str | os.PathLike | None, **overrides: Any) -> AgentConfig:

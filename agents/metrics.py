@@ -15,12 +15,13 @@ from __future__ import annotations
 import threading
 from typing import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collectors.base import Row
 from collectors.schema import KINDS
 from pipeline.catalog import AGENT_SELF_METRICS
+from pipeline.exporter import MetricsEndpoint, declare
 
 HOST_LABEL_KINDS = ("gpu",)
 
@@ -78,30 +79,14 @@ class SampleExporter:
                 yield family
 
 
-class AgentMetrics:
+class AgentMetrics(MetricsEndpoint):
     """Self metrics (pipeline.catalog.AGENT_SELF_METRICS) and the sample exporter, on one registry."""
 
     def __init__(self, node: str) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__(CollectorRegistry(auto_describe=True))
         self.samples = SampleExporter(node)
         self.registry.register(self.samples)
-        self.m: dict[str, Gauge | Counter] = {}
-        for name, (mtype, help_text, labels) in AGENT_SELF_METRICS.items():
-            cls = Counter if mtype == "counter" else Gauge
-            self.m[name] = cls(name.removesuffix("_total") if cls is Counter else name, help_text,
-                               labelnames=labels, registry=self.registry)
-        self._server = None
-
-    def serve(self, host: str, port: int) -> tuple[str, int]:
-        """Starts the HTTP endpoint in a daemon thread; returns the bound address (port 0: any)."""
-        self._server, _thread = start_http_server(port, host, registry=self.registry)
-        return self._server.server_address[:2]
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        self.m = declare(AGENT_SELF_METRICS, self.registry)
 
     # ------------------------------------------------------------ what the agent reports
 

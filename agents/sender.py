@@ -69,10 +69,7 @@ class SpoolSender:
         self._thread: threading.Thread | None = None
         # Entries at or before this spool position were waiting before they were sent: present at
         # start-up, or sent once and not delivered. Delivering them counts as a replay.
-        last = None
-        for last in spool.replay():
-            pass
-        self._replay_mark = (last.segment, last.index) if last else (-1, -1)
+        self._replay_mark = spool.last_position() or (-1, -1)
 
     # ---------------------------------------------------------------- thread control
 

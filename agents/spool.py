@@ -301,6 +301,14 @@ class Spool:
                     topic, key, value = decode_body(data[8:])
                     yield SpoolEntry(topic, key, value, seg.id, index, end)
 
+    def last_position(self) -> tuple[int, int] | None:
+        """(segment, index) of the newest unacknowledged batch, from memory (no file is read)."""
+        with self._lock:
+            for seg in reversed(self._segments):
+                if seg.live:
+                    return seg.id, len(seg.ends) - 1
+        return None
+
     def ack(self, entry: SpoolEntry) -> None:
         """Acknowledges `entry` and every batch before it: they were delivered and are forgotten."""
         with self._lock:

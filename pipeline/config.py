@@ -88,6 +88,14 @@ class StoreConfig:
     server: dict[str, Any] = field(default_factory=dict)
 
 
+def parse_address(text: str, where: str) -> tuple[str, int]:
+    """"host:port", "[v6]:port" or ":port" (every interface) -> (host, port); `where` names the key."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: expected host:port, got {text!r} (e.g. \"127.0.0.1:9479\"; \"\" turns it off)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
     """`[loader]`: what the validator accepts, and how the Kafka loader service (`goodput ingest`,
@@ -143,11 +151,7 @@ class LoaderConfig:
         """`metrics_address` as (host, port), or None when the endpoint is off."""
         if not self.metrics_address:
             return None
-        host, sep, port = self.metrics_address.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(f"[loader].metrics_address: {self.metrics_address!r} is not host:port "
-                              f"(e.g. \"127.0.0.1:9479\"; \"\" turns the endpoint off)")
-        return host.strip("[]"), int(port)
+        return parse_address(self.metrics_address, "[loader].metrics_address")
 
 
 @dataclass(frozen=True)

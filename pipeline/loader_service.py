@@ -32,11 +32,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry
 
 from collectors.schema import KINDS, topic_for
 from pipeline import catalog
 from pipeline.config import Config
+from pipeline.exporter import MetricsEndpoint, declare
 from pipeline.kafka_transport import KafkaConsumerTransport, KafkaSettings
 from pipeline.loader import LoadStats, Loader, limits_from_config
 from pipeline.progress import Progress
@@ -54,30 +55,14 @@ UNASSIGNED_WARN_S = 30.0
 _T = TypeVar("_T")
 
 
-class LoaderMetrics:
-    """The loader's Prometheus series, built from `catalog.LOADER_METRICS` on a private registry (so
-    several services in one test process do not collide) and served on `metrics_address`."""
+class LoaderMetrics(MetricsEndpoint):
+    """The loader's Prometheus series, built from `catalog.LOADER_METRICS` on a private registry and
+    served on `metrics_address`."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.m: dict[str, PromCounter | Gauge | Histogram] = {}
-        types = {"counter": PromCounter, "gauge": Gauge, "histogram": Histogram}
-        for name, (typ, help_, labels) in catalog.LOADER_METRICS.items():
-            declared = name[: -len("_total")] if typ == "counter" else name  # prometheus_client appends it
-            self.m[name] = types[typ](declared, help_, labels, registry=self.registry)
-        self._server = None
+        super().__init__(CollectorRegistry(auto_describe=True))
+        self.m = declare(catalog.LOADER_METRICS, self.registry)
         self._lag_labels: set[tuple[str, str]] = set()
-
-    def serve(self, host: str, port: int) -> int:
-        """Starts /metrics on host:port (0: any free port) and returns the port."""
-        self._server, _thread = start_http_server(port, host, registry=self.registry)
-        return self._server.server_address[1]
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def loaded(self, stats: LoadStats, consumed: Counter) -> None:
         for topic, n in consumed.items():
@@ -162,7 +147,7 @@ class LoaderService:
         """Runs until stopped or caught up; returns what was loaded (the loader's totals)."""
         endpoint = self.lc.metrics_endpoint
         if endpoint:
-            self.metrics_port = self.metrics.serve(*endpoint)
+            self.metrics_port = self.metrics.serve(*endpoint)[1]
             log.info("metrics on http://%s:%d/metrics", endpoint[0], self.metrics_port)
         try:
             self._consumer = self._retry("connect to Kafka", TransportError, self._connect,
