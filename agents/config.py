@@ -2,7 +2,7 @@
 keeps its state and where it serves /metrics.
 
 The agent reads the same file as every other component (cluster name, Kafka settings and topic prefix
-come from `pipeline.config`); only the node-local settings live here. Filesystem roots are parameters
+come from `contracts.config`); only the node-local settings live here. Filesystem roots are parameters
 so a container can mount the host's /sys and /proc elsewhere (the DaemonSet mounts them at /host/...),
 and so tests point the real collectors at fixture trees.
 
@@ -20,8 +20,8 @@ from typing import Any
 
 from collectors.diskstats import DEFAULT_EXCLUDE
 from collectors.lustre import DEFAULT_ROOTS as LUSTRE_ROOTS
-from collectors.schema import KINDS
-from pipeline.config import ConfigError, parse_address, read_toml
+from contracts.schema import KINDS
+from contracts.config import ConfigError, parse_address, read_toml
 
 SOURCES = ("nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps", "slurm", "volcano", "kueue", "jobfile")
 """Collectors the agent knows how to build, by the name each reports in goodput_collector_success."""

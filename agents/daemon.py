@@ -27,8 +27,8 @@ from agents.sender import KafkaProducerLike, SpoolSender
 from agents.seqstate import SeqState
 from agents.spool import Spool
 from collectors.base import Collector, Row
-from collectors.envelope import encode_batch
-from collectors.schema import KINDS, topic_for
+from contracts.envelope import encode_batch
+from contracts.schema import KINDS, topic_for
 
 log = logging.getLogger(__name__)
 

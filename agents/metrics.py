@@ -1,8 +1,8 @@
 """The agent's Prometheus endpoint: the latest samples as gauges and counters, plus its own health.
 
-Names come from the declarations, never from here: sample metrics from `collectors.schema` (each
+Names come from the declarations, never from here: sample metrics from `contracts.schema` (each
 numeric field's `metric`, `metric_type`, `metric_scale`, and the identifier fields' `label`), self
-metrics from `pipeline.catalog.AGENT_SELF_METRICS`. Dashboards and alerts read the same tables.
+metrics from `contracts.catalog.AGENT_SELF_METRICS`. Dashboards and alerts read the same tables.
 
 Samples are exported as of the last successful run of each collector and vanish when it fails
 (`goodput_collector_success` goes to 0 instead): a stale GPU utilisation that looks alive is worse
@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collectors.base import Row
-from collectors.schema import KINDS
-from pipeline.catalog import AGENT_SELF_METRICS
-from pipeline.exporter import MetricsEndpoint, declare
+from contracts.schema import KINDS
+from contracts.catalog import AGENT_SELF_METRICS
+from contracts.exporter import MetricsEndpoint, declare
 
 HOST_LABEL_KINDS = ("gpu",)
 
@@ -80,7 +80,7 @@ class SampleExporter:
 
 
 class AgentMetrics(MetricsEndpoint):
-    """Self metrics (pipeline.catalog.AGENT_SELF_METRICS) and the sample exporter, on one registry."""
+    """Self metrics (contracts.catalog.AGENT_SELF_METRICS) and the sample exporter, on one registry."""
 
     def __init__(self, node: str) -> None:
         super().__init__(CollectorRegistry(auto_describe=True))

@@ -28,8 +28,8 @@ import time
 from typing import Callable, Protocol
 
 from agents.spool import Spool, SpoolEntry
-from pipeline.kafka_transport import KafkaSendError
-from pipeline.transport import TransportError
+from transport.kafka import KafkaSendError
+from transport.base import TransportError
 
 log = logging.getLogger(__name__)
 

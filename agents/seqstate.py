@@ -30,7 +30,7 @@ import logging
 import os
 from pathlib import Path
 
-from collectors.schema import KINDS
+from contracts.schema import KINDS
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1

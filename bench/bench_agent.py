@@ -30,7 +30,7 @@ from tests.fixtures.kafka import KafkaBroker  # noqa: E402
 from tests.fixtures.server_process import free_ports  # noqa: E402
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-IMPORTS = ("import agents.daemon, agents.sources, agents.metrics, pipeline.kafka_transport, kafka, "
+IMPORTS = ("import agents.daemon, agents.sources, agents.metrics, transport.kafka, kafka, "
            "prometheus_client, collectors.nvml, collectors.rdma, collectors.lustre, collectors.nfs, "
            "collectors.diskstats, collectors.psi, collectors.steps, tests.agents.fake_nvml_module, time; "
            "time.sleep(30)")

@@ -1,6 +1,6 @@
 """Loader throughput from a real Kafka broker into chDB, per core, and what bounds it.
 
-Workload: the simulated cluster's own messages (agents/sim: one GPU, NIC and storage batch per node per
+Workload: the simulated cluster's own messages (goodput/sim: one GPU, NIC and storage batch per node per
 60 s, job and step events), produced once into fresh topics of a real broker (zstd, as agents send).
 Then this one process consumes them as the loader service does (KafkaConsumerTransport polls, batches of
 [loader].flush_records, Loader.load, commit) into a fresh chDB store and times each phase:
@@ -40,16 +40,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agents.sim.cluster import SimConfig, scaled_config, simulate  # noqa: E402
-from agents.sim.emit import messages  # noqa: E402
-from collectors.schema import KINDS, topic_for  # noqa: E402
-from pipeline import config as config_mod, ddl  # noqa: E402
-from pipeline.kafka_transport import (KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings,  # noqa: E402
+from goodput.sim.cluster import SimConfig, scaled_config, simulate  # noqa: E402
+from goodput.sim.emit import messages  # noqa: E402
+from contracts.schema import KINDS, topic_for  # noqa: E402
+from contracts import config as config_mod  # noqa: E402
+from pipeline import ddl
+from transport.kafka import (KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings,  # noqa: E402
                                       ensure_topics)
 from pipeline.loader import Loader, _expected_kind, cycle_collector_paused, limits_from_config  # noqa: E402
 from pipeline.loader_service import LoaderService  # noqa: E402
 from pipeline import validate  # noqa: E402
-from pipeline.store import ChdbStore  # noqa: E402
+from pipeline.chdb_store import ChdbStore  # noqa: E402
 
 BASELINE = "43ffd1d"
 """The walking skeleton's commit: its validator is what the loader had before issue 5."""

@@ -2,7 +2,7 @@
 
 A collector is a reader of one source (NVML, /sys/class/infiniband, /proc/diskstats, squeue, ...).
 Given its roots or handles at construction, `collect(now_ms)` returns rows of one signal kind as
-dicts keyed by the field names in `collectors.schema`; a field it cannot measure is left out (absent,
+dicts keyed by the field names in `contracts.schema`; a field it cannot measure is left out (absent,
 not zero). Collectors that report rates keep the previous counter reading themselves, through
 `collectors.counters`, so the first call may return rows without rate fields.
 
@@ -35,7 +35,7 @@ class Collector(Protocol):
     """Short stable name used in logs and in goodput_collector_success{collector=...}."""
 
     kind: str
-    """The schema kind (collectors.schema.KINDS) of the rows it returns."""
+    """The schema kind (contracts.schema.KINDS) of the rows it returns."""
 
     def collect(self, now_ms: int) -> list[Row]:
         """Rows for this tick, stamped `now_ms` unless the source carries its own time."""

@@ -2,7 +2,7 @@
 
 The step receiver (UDP datagrams from training processes) and the job file (lines written by site
 scripts) accept data nobody in this repository produced, so each row is checked against
-`collectors.schema` before it joins a batch; a bad row is rejected with a reason instead of reaching
+`contracts.schema` before it joins a batch; a bad row is rejected with a reason instead of reaching
 the loader's dead-letter table. Collectors that build rows themselves are checked by the tests with
 the same function.
 """
@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any, Mapping
 
-from collectors.schema import KINDS, Field
+from contracts.schema import KINDS, Field
 
 
 def _type_ok(f: Field, v: Any) -> bool:

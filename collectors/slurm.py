@@ -28,7 +28,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from collectors import hostlist
+from contracts import hostlist
 from collectors.base import CollectorError, CollectorUnavailable, Row
 
 log = logging.getLogger(__name__)

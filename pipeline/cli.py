@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline import config as config_mod
-from pipeline.transport import Record
+from contracts import config as config_mod
+from transport.base import Record
 
 # The store, loader, analyzers and summary (Arrow, Polars, chDB: ~60 MB and ~0.4 s to import) are
 # imported inside the commands that use them: `goodput agent` shares this command line and must stay
@@ -24,7 +24,7 @@ from pipeline.transport import Record
 
 def _store(args, cfg):
     from pipeline import ddl
-    from pipeline.store import open_store
+    from pipeline.stores import open_store
 
     store = open_store(cfg.store.kind, args.store or cfg.store.path, cfg.store.server)
     ddl.migrate(store)
@@ -75,7 +75,7 @@ def cmd_ingest(args) -> int:
 
 def _serve_kafka(args, cfg) -> int:
     """The loader service: Kafka → store until SIGTERM/SIGINT (or, with --until-caught-up, no lag)."""
-    from pipeline.kafka_transport import KafkaSettings
+    from transport.kafka import KafkaSettings
     from pipeline.loader_service import LoaderService, install_signal_handlers, summary as load_summary
 
     if cfg.transport.kind != "kafka":

@@ -1,6 +1,6 @@
 """The ClickHouse schema, generated from the message contract and applied idempotently.
 
-Raw tables get one column per schema field, so adding a field to `collectors.schema` adds the
+Raw tables get one column per schema field, so adding a field to `contracts.schema` adds the
 column, the docs row and the validation in one edit. Choices that matter for the queries:
 
 - PARTITION BY day: TTL drops whole parts, and every dashboard/analyzer query has a time range.
@@ -22,8 +22,8 @@ import re
 
 import pyarrow as pa
 
-from collectors.schema import KINDS, Field, Kind
-from pipeline import catalog
+from contracts.schema import KINDS, Field, Kind
+from contracts import catalog
 from pipeline.store import Store
 
 RAW_TTL_DAYS = 90

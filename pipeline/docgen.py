@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collectors.schema import ENVELOPE_FIELDS, JOB_EVENTS, KINDS, SCHEMA_VERSION, topic_for
-from pipeline import catalog
+from contracts.schema import ENVELOPE_FIELDS, JOB_EVENTS, KINDS, SCHEMA_VERSION, topic_for
+from contracts import catalog
 from pipeline.ddl import all_ddl, column_type
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -57,7 +57,7 @@ def example_envelope(kind: str) -> dict:
 def messages_md() -> str:
     out = [f"""# Kafka message schema, version {SCHEMA_VERSION}
 
-Generated from `collectors/schema.py` by `python -m pipeline.docgen`; do not edit by hand.
+Generated from `contracts/schema.py` by `python -m pipeline.docgen`; do not edit by hand.
 
 Agents publish one **envelope** per batch to the topic of its signal kind, key = the node name, value =
 UTF-8 JSON. A batch carries its rows **column-wise**: `columns` maps each field to an array, all arrays
@@ -141,7 +141,7 @@ def metrics_md() -> str:
     """Every Prometheus series goodput exports, from the declarations (schema fields and catalog)."""
     out = [f"""# Prometheus metrics, version {SCHEMA_VERSION}
 
-Generated from `collectors/schema.py` and `pipeline/catalog.py` by `python -m pipeline.docgen`; do not
+Generated from `contracts/schema.py` and `contracts/catalog.py` by `python -m pipeline.docgen`; do not
 edit by hand. Names follow the Prometheus conventions (base units: bytes, seconds, hertz, joules;
 `_total` for counters; `_per_second` for rates the agent already computed) and carry the `goodput_`
 prefix. Label names follow dcgm-exporter for GPUs (`gpu`, `UUID`, `modelName`, `pci_bus_id`,

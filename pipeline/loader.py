@@ -26,10 +26,10 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from collectors.schema import KINDS
-from pipeline import catalog
+from contracts.schema import KINDS
+from contracts import catalog
 from pipeline.store import Store
-from pipeline.transport import Record
+from transport.base import Record
 from pipeline.validate import Envelope, Limits, Rejected, decode, to_tables
 
 log = logging.getLogger("goodput.loader")
@@ -273,7 +273,7 @@ class Loader:
 
 
 def limits_from_config(cfg) -> Limits:
-    """The validator's limits for a configuration (pipeline.config.Config)."""
+    """The validator's limits for a configuration (contracts.config.Config)."""
     nodes = cfg.known_nodes()
     return Limits(
         cluster=cfg.cluster,

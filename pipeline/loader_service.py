@@ -34,15 +34,15 @@ from typing import Callable, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from collectors.schema import KINDS, topic_for
-from pipeline import catalog
-from pipeline.config import Config
-from pipeline.exporter import MetricsEndpoint, declare
-from pipeline.kafka_transport import KafkaConsumerTransport, KafkaSettings
+from contracts.schema import KINDS, topic_for
+from contracts import catalog
+from contracts.config import Config
+from contracts.exporter import MetricsEndpoint, declare
+from transport.kafka import KafkaConsumerTransport, KafkaSettings
 from pipeline.loader import LoadStats, Loader, limits_from_config
 from pipeline.progress import Progress
 from pipeline.store import Store, StoreError
-from pipeline.transport import Record, TransportError
+from transport.base import Record, TransportError
 
 log = logging.getLogger("goodput.loader.service")
 
@@ -243,7 +243,7 @@ class LoaderService:
         if now == self._assigned:
             if not now and self.clock() - self._unassigned_since >= UNASSIGNED_WARN_S:
                 log.warning("no partition of %s assigned to this loader for %.0f s in group %s: %s, and that "
-                            "the topics exist (pipeline.kafka_transport.ensure_topics). A member that died "
+                            "the topics exist (transport.kafka.ensure_topics). A member that died "
                             "holds its partitions until its session times out; a group with more loaders "
                             "than partitions leaves the extra ones idle", ", ".join(self.topics),
                             UNASSIGNED_WARN_S, self._consumer.group_id, self.kafka.what_to_check())

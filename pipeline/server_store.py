@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.config import ConfigError
-from pipeline.store import StoreError, _first_line
+from contracts.config import ConfigError
+from pipeline.store import StoreError, first_line
 
 log = logging.getLogger("goodput.store.server")
 
@@ -183,7 +183,7 @@ logging.getLogger("clickhouse_driver.columns.service").addFilter(_QuietArrayFall
 
 def _server_message(e) -> str:
     """The server's own sentence, without the stack trace the server appends."""
-    return _first_line(str(e.message).split("Stack trace", 1)[0]).rstrip(". ,")
+    return first_line(str(e.message).split("Stack trace", 1)[0]).rstrip(". ,")
 
 
 def _is_tls_failure(e: Exception) -> bool:
@@ -286,7 +286,7 @@ class ServerStore:
                     raise StoreError(f"ClickHouse at {self.address}: {_server_message(e)}. Create it "
                                      f"(CREATE DATABASE {self.database}) or fix [store.server].database") from None
                 if e.code not in TRANSIENT_CODES:
-                    raise StoreError(f"ClickHouse at {self.address} refused [{_first_line(sql)}]: "
+                    raise StoreError(f"ClickHouse at {self.address} refused [{first_line(sql)}]: "
                                      f"{_server_message(e)} (code {e.code})") from None
                 last = f"{TRANSIENT_CODES[e.code]}: {_server_message(e)}"
                 if e.code == UNKNOWN_STATUS_OF_INSERT and not retry_after_send:
@@ -301,21 +301,21 @@ class ServerStore:
                 if sent and not retry_after_send:
                     raise self._ambiguous(sql, last) from None
             except errors.Error as e:  # client side: a value that does not fit the column, ...
-                raise StoreError(f"ClickHouse client error for {self.address} [{_first_line(sql)}]: {e}") from None
+                raise StoreError(f"ClickHouse client error for {self.address} [{first_line(sql)}]: {e}") from None
             if attempt < attempts:
                 delay = min(BACKOFF_FIRST_S * 2 ** (attempt - 1), BACKOFF_MAX_S)
                 log.warning("ClickHouse at %s: [%s] failed (%s); retry %d of %d in %.1f s", self.address,
-                            _first_line(sql)[:60], last, attempt, self.config.retries, delay)
+                            first_line(sql)[:60], last, attempt, self.config.retries, delay)
                 time.sleep(delay)
         raise StoreError(
-            f"ClickHouse at {self.address} did not answer [{_first_line(sql)}] after {attempts} attempts over "
+            f"ClickHouse at {self.address} did not answer [{first_line(sql)}] after {attempts} attempts over "
             f"{time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs and listens "
             f"there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its error log "
             f"(clickhouse-server.err.log). Nothing was committed, so retrying the same load is safe")
 
     def _ambiguous(self, sql: str, what: str) -> StoreError:
         return StoreError(
-            f"ClickHouse at {self.address}: [{_first_line(sql)}] was cut off ({what}). It may or may not have "
+            f"ClickHouse at {self.address}: [{first_line(sql)}] was cut off ({what}). It may or may not have "
             f"been applied, so it is not retried: rerun the step that issued it once the server answers again")
 
     def _auth_error(self, e) -> StoreError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline import catalog
+from contracts import catalog
 from pipeline.store import Store
 
 

@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.schema import KINDS, SCHEMA_VERSION, Field, Kind
+from contracts.schema import KINDS, SCHEMA_VERSION, Field, Kind
 from pipeline.ddl import arrow_type, column_name
 
 MAX_MESSAGE_BYTES = 16 * 2**20

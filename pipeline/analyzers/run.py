@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline import catalog, ddl
-from pipeline.config import Config
+from contracts import catalog
+from pipeline import ddl
+from contracts.config import Config
 from pipeline.store import Store
 
 log = logging.getLogger("goodput.analyzers")

@@ -2,7 +2,7 @@
 
 `FixtureNode` lays down a typical node's sysfs/procfs (tests/collectors/trees.py), writes a goodput
 config whose `[agent]` points the real collectors at those trees and at the fake NVML module, and runs
-`python -m agents.cli agent` as a child process, exactly as systemd would (SIGTERM to stop it, SIGKILL
+`python -m goodput.cli agent` as a child process, exactly as systemd would (SIGTERM to stop it, SIGKILL
 to crash it). `read_stream` consumes the agent's topics with an independent consumer group.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import orjson
 
-from collectors.schema import KINDS, topic_for
-from pipeline.kafka_transport import KafkaConsumerTransport, ensure_topics
+from contracts.schema import KINDS, topic_for
+from transport.kafka import KafkaConsumerTransport, ensure_topics
 from tests.collectors.trees import write_typical_node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ storage = {interval_s}
         env = dict(os.environ, PYTHONPATH=str(ROOT), GOODPUT_FAKE_GPUS=str(self.gpus))
         env.pop("GOODPUT_KAFKA_BOOTSTRAP", None)
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "agent", "--config", str(self.config)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "goodput.cli", "agent", "--config", str(self.config)],
                                      cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.catalog import AGENT_SELF_METRICS
+from contracts.catalog import AGENT_SELF_METRICS
 from pipeline.validate import Envelope, Limits, decode
 from tests.agents.harness import NODE, NODE_KINDS, FixtureNode, seqs
 from tests.collectors import trees

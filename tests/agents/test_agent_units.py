@@ -14,9 +14,9 @@ from agents.metrics import AgentMetrics
 from agents.sender import SpoolSender
 from agents.seqstate import AgentStateError, SeqState
 from agents.spool import Spool
-from pipeline.config import ConfigError
-from pipeline.kafka_transport import KafkaSendError
-from pipeline.transport import TransportError
+from contracts.config import ConfigError
+from transport.kafka import KafkaSendError
+from transport.base import TransportError
 
 
 # ------------------------------------------------------------------ config
@@ -226,7 +226,7 @@ def test_the_example_configs_agent_table_states_the_defaults():
     import tomllib
 
     from agents.config import AgentConfig
-    from pipeline.config import EXAMPLE_CONFIG
+    from contracts.config import EXAMPLE_CONFIG
 
     table = tomllib.loads(EXAMPLE_CONFIG.read_text())["agent"]
     assert parse_agent(table, env={}, node="n") == dataclasses.replace(AgentConfig(), node="n")
@@ -237,7 +237,7 @@ def test_the_agent_loads_no_columnar_stack():
     import subprocess
     import sys
 
-    code = ("import sys, agents.cli, agents.daemon, agents.sources, agents.metrics; "
+    code = ("import sys, goodput.cli, agents.daemon, agents.sources, agents.metrics; "
             "print(sorted(m for m in ('pyarrow', 'polars', 'numpy', 'chdb', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

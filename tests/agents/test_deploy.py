@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from agents.config import AgentConfig, parse_address, parse_agent
-from pipeline.config import parse
-from pipeline.kafka_transport import KafkaSettings
+from contracts.config import parse
+from transport.kafka import KafkaSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "agents" / "deploy"
 

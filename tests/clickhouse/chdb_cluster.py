@@ -50,13 +50,15 @@ every other column is deterministic and compared as stored."""
 def main(workdir: Path, start_ms: int, single: bool) -> dict:
     from chdb import session
 
-    from agents.sim.cluster import SimConfig, scaled_config, simulate
-    from agents.sim.emit import messages
-    from pipeline import catalog, config as config_mod, ddl
+    from goodput.sim.cluster import SimConfig, scaled_config, simulate
+    from goodput.sim.emit import messages
+    from contracts import catalog, config as config_mod
+    from pipeline import ddl
     from pipeline.analyzers import run as analyzers
     from pipeline.loader import Loader, SeqTracker, limits_from_config
-    from pipeline.store import ChdbStore, StoreError
-    from pipeline.transport import Record
+    from pipeline.chdb_store import ChdbStore
+from pipeline.store import StoreError
+    from transport.base import Record
 
     class ClusterChdb(ChdbStore):
         """ChdbStore's statements over a chDB engine started with the cluster config above."""

@@ -16,7 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline import catalog, config as config_mod, ddl
+from contracts import catalog, config as config_mod
+from pipeline import ddl
 from pipeline.analyzers import run as analyzers
 
 ROOT = Path(__file__).resolve().parents[2]

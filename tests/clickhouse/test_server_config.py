@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import ConfigError
+from contracts.config import ConfigError
 from pipeline.server_store import ServerConfig
 from pipeline.store import StoreError
 

@@ -12,9 +12,11 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from pipeline import catalog, ddl
+from contracts import catalog
+from pipeline import ddl
 from pipeline.server_store import ServerConfig, ServerStore
-from pipeline.store import StoreError, open_store
+from pipeline.store import StoreError
+from pipeline.stores import open_store
 from tests.fixtures.clickhouse import PASSWORD, PASSWORD_ENV
 
 pytestmark = pytest.mark.clickhouse_server

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from collectors.envelope import encode_batch
+from contracts.envelope import encode_batch
 
 
 def envelope(node: str, seq: int, rows: int = 4, kind: str = "gpu") -> bytes:

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from collectors.schema import topic_for
-from pipeline.kafka_transport import KafkaProducerTransport, ensure_topics
+from contracts.schema import topic_for
+from transport.kafka import KafkaProducerTransport, ensure_topics
 from tests.kafka.helpers import envelope
 
 pytestmark = pytest.mark.kafka

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from agents.spool import Spool
-from pipeline.kafka_transport import KafkaConsumerTransport, KafkaProducerTransport, KafkaSendError
-from pipeline.transport import TransportError
+from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, KafkaSendError
+from transport.base import TransportError
 from tests.kafka.helpers import envelope, poll_quiet
 
 pytestmark = pytest.mark.kafka

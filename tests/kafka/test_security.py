@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from pipeline.kafka_transport import KafkaConsumerTransport, KafkaProducerTransport
-from pipeline.transport import TransportError
+from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport
+from transport.base import TransportError
 from tests.fixtures.kafka import SASL_USERS
 from tests.kafka.helpers import decoded, envelope, poll_until
 

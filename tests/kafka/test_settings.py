@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from pipeline.kafka_transport import KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings
-from pipeline.transport import TransportError
+from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings
+from transport.base import TransportError
 
 
 def test_bare_bootstrap_string_gives_plaintext_defaults():

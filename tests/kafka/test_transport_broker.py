@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from collectors.schema import KINDS, topic_for
-from pipeline.kafka_transport import KafkaConsumerTransport, KafkaProducerTransport, ensure_topics
-from pipeline.transport import TransportError
+from contracts.schema import KINDS, topic_for
+from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, ensure_topics
+from transport.base import TransportError
 from tests.kafka.helpers import decoded, envelope, poll_quiet, poll_until
 
 pytestmark = pytest.mark.kafka

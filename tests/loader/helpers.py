@@ -17,10 +17,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.envelope import encode_batch
-from collectors.schema import KINDS, topic_for
-from pipeline import config as config_mod
-from pipeline.kafka_transport import KafkaProducerTransport, KafkaSettings, ensure_topics
+from contracts.envelope import encode_batch
+from contracts.schema import KINDS, topic_for
+from contracts import config as config_mod
+from transport.kafka import KafkaProducerTransport, KafkaSettings, ensure_topics
 from pipeline.loader_service import LoaderService
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import config, ddl
+from contracts import config
+from pipeline import ddl
 
 
 def test_max_past_days_bound_is_the_raw_tables_ttl():

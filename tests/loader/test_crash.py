@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from pipeline.loader_service import TEST_KILL_ENV
-from pipeline.store import ChdbStore
+from pipeline.chdb_store import ChdbStore
 from tests.loader.helpers import LoaderProcess, Producer, good_stream, ledger_keys, new_topics, raw_counts, write_config
 
 pytestmark = pytest.mark.kafka

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from collectors.schema import KINDS
-from pipeline.store import ChdbStore
+from contracts.schema import KINDS
+from pipeline.chdb_store import ChdbStore
 from tests.loader.helpers import (NODES, LoaderProcess, Producer, free_port, good_stream, ledger_keys, metric_sum,
                                   new_topics, raw_counts, scrape, write_config)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pipeline.store import ChdbStore
+from pipeline.chdb_store import ChdbStore
 from tests.loader.helpers import (GOODPUT, ROOT, LoaderProcess, Producer, free_port, good_stream, new_topics,
                                   write_config)
 

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from pipeline import catalog, ddl
-from pipeline.store import ChdbStore
+from contracts import catalog
+from pipeline import ddl
+from pipeline.chdb_store import ChdbStore
 from tests.loader.helpers import (CLUSTER, MAX_BATCH_ROWS, NODES, SCHEDULER, Producer, ServiceThread, batch,
                                   columns, free_port, good_stream, ledger_keys, metric_sum, new_topics, raw_counts,
                                   scrape, write_config)

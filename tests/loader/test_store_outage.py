@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from pipeline import ddl
-from pipeline.store import ChdbStore, StoreError
+from pipeline.chdb_store import ChdbStore
+from pipeline.store import StoreError
 from tests.loader.helpers import (Producer, ServiceThread, free_port, good_stream, ledger_keys, metric_sum, new_topics,
                                   raw_counts, scrape, write_config)
 

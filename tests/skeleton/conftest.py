@@ -7,13 +7,14 @@ import time
 import polars as pl
 import pytest
 
-from agents.sim.cluster import PlannedFailure, SimConfig, scaled_config, simulate
-from agents.sim.emit import messages, truth_table
-from pipeline import config as config_mod, ddl
+from goodput.sim.cluster import PlannedFailure, SimConfig, scaled_config, simulate
+from goodput.sim.emit import messages, truth_table
+from contracts import config as config_mod
+from pipeline import ddl
 from pipeline.analyzers import run as analyzers
 from pipeline.loader import Loader, limits_from_config
-from pipeline.store import ChdbStore
-from pipeline.transport import InProcessTransport
+from pipeline.chdb_store import ChdbStore
+from transport.base import InProcessTransport
 
 QUIET = dict(failures_per_node_hour=0.0, partial_allocation_probability=0.0, storage_demand_scale=0.3,
              network_demand_scale=0.3, stragglers_per_hour=0.0)

@@ -4,9 +4,9 @@ import json
 import subprocess
 import sys
 
-from pipeline.store import ChdbStore
+from pipeline.chdb_store import ChdbStore
 
-GOODPUT = [sys.executable, "-m", "agents.cli"]
+GOODPUT = [sys.executable, "-m", "goodput.cli"]
 
 
 def run(*args, check=True):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from collectors.envelope import encode_batch
-from collectors.schema import KINDS
+from contracts.envelope import encode_batch
+from contracts.schema import KINDS
 from pipeline import docgen
 from pipeline.ddl import migrate
-from pipeline.store import ChdbStore
+from pipeline.chdb_store import ChdbStore
 from pipeline.validate import Envelope, Limits, Rejected, decode, to_tables
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

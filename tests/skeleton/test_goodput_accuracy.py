@@ -3,7 +3,7 @@
 import polars as pl
 import pytest
 
-from pipeline.catalog import CATEGORIES
+from contracts.catalog import CATEGORIES
 
 OWN_CATEGORY = {"data_stall": "data_stall", "comm_stall": "comm_stall", "partial_alloc": "gang_wait",
                 "failure": "retry_waste"}

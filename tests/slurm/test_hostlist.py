@@ -1,8 +1,8 @@
-"""Slurm host list and index range expansion (collectors.hostlist)."""
+"""Slurm host list and index range expansion (contracts.hostlist)."""
 
 import pytest
 
-from collectors import hostlist
+from contracts import hostlist
 
 
 @pytest.mark.parametrize("text, hosts", [

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from collectors import schema
+from contracts import schema
 from collectors.base import CollectorError, CollectorUnavailable
 from collectors.slurm import SlurmCollector, SubprocessRunner, gpu_count, gpu_indices, parse_job
 

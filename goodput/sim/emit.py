@@ -14,10 +14,10 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from agents.sim.cluster import CODES, SimResult
-from agents.sim.signals import ROCE_ONLY, SignalState, gpu_columns, nic_columns, storage_columns
-from collectors.envelope import encode_batch
-from collectors.schema import topic_for
+from goodput.sim.cluster import CODES, SimResult
+from goodput.sim.signals import ROCE_ONLY, SignalState, gpu_columns, nic_columns, storage_columns
+from contracts.envelope import encode_batch
+from contracts.schema import topic_for
 
 AGENT = "goodput-sim/0.1.0"
 GPM_FIELDS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct")

@@ -6,7 +6,7 @@ rename is one edit and a test catches any consumer that drifts.
 
 from __future__ import annotations
 
-from collectors.schema import KINDS
+from contracts.schema import KINDS
 
 SCHEMA_VERSION_DDL = 1
 """Version of the ClickHouse schema (docs/clickhouse.md); recorded in `schema_migrations`."""

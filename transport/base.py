@@ -1,7 +1,7 @@
 """How encoded batches travel from agents to the loader.
 
 One small interface, two implementations: `InProcessTransport` (the embedded default: the simulated
-cluster and the loader share a process) and `KafkaTransport` in `pipeline/kafka_transport.py`
+cluster and the loader share a process) and `KafkaTransport` in `transport/kafka.py`
 (production). Both carry the same bytes, so the loader cannot tell them apart and every test of the
 embedded path also exercises the decode/validate path that Kafka input takes.
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.sim.scheduler import CKPT, GANG, RESTART, RUN, STARTUP, Job, Scheduler
-from pipeline.catalog import CATEGORIES
-from pipeline.config import Config
+from goodput.sim.scheduler import CKPT, GANG, RESTART, RUN, STARTUP, Job, Scheduler
+from contracts.catalog import CATEGORIES
+from contracts.config import Config
 
 # Category codes of the truth/activity arrays: index into CODES; 0 means not allocated.
 CODES = ("unallocated",) + CATEGORIES

@@ -1,6 +1,6 @@
 """Prometheus plumbing shared by goodput's daemons (the agent and the loader service).
 
-Each daemon's series are declared once in `pipeline.catalog` as name -> (type, help, label names),
+Each daemon's series are declared once in `contracts.catalog` as name -> (type, help, label names),
 with counters spelt as exposed (`..._total`); `declare` turns such a table into prometheus_client
 objects on a private registry (so several daemons in one test process do not collide), and
 `MetricsEndpoint` serves that registry over HTTP. Light on purpose: the agent imports it on every

@@ -1,5 +1,5 @@
-"""The `goodput` command. It sits at the top of the dependency graph (agents may use the pipeline;
-the pipeline never imports agents), so it registers the pipeline's subcommands beside its own."""
+"""The `goodput` command. It sits at the top of the dependency graph (agents and the pipeline never
+import each other), so it registers the agent's, the demo's and the pipeline's subcommands side by side."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 from pipeline import cli as pipeline_cli
-from pipeline.config import ConfigError
+from contracts.config import ConfigError
 from pipeline.store import StoreError
 
 
 def cmd_demo(args) -> int:
-    from agents.demo import run_demo
+    from goodput.demo import run_demo
 
     run_demo(gpus=args.gpus, hours=args.hours, seed=args.seed, out=Path(args.out), config_path=args.config)
     return 0
@@ -24,9 +24,9 @@ def cmd_simulate(args) -> int:
     """Writes the simulated cluster's messages as JSON lines, for `goodput ingest --from` and other tools."""
     import time
 
-    from agents.sim.cluster import SimConfig, scaled_config, simulate
-    from agents.sim.emit import messages
-    from pipeline import config as config_mod
+    from goodput.sim.cluster import SimConfig, scaled_config, simulate
+    from goodput.sim.emit import messages
+    from contracts import config as config_mod
 
     cfg = scaled_config(config_mod.load(args.config), args.gpus)
     start_ms = (int(time.time()) // 60) * 60_000 - int(args.hours * 3_600_000)
@@ -50,8 +50,8 @@ def cmd_agent(args) -> int:
     from agents.daemon import Agent
     from agents.seqstate import AgentStateError
     from agents.sources import SourceFailed, build_collectors
-    from pipeline import config as config_mod
-    from pipeline.kafka_transport import KafkaProducerTransport, KafkaSettings
+    from contracts import config as config_mod
+    from transport.kafka import KafkaProducerTransport, KafkaSettings
 
     cfg = config_mod.load(args.config)
     acfg = load_agent(args.config, node=args.node)

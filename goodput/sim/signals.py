@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.sim.cluster import C, SimResult
+from goodput.sim.cluster import C, SimResult
 
 
 

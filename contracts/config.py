@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectors.hostlist import expand as expand_nodes
+from contracts.hostlist import expand as expand_nodes
 
 CONFIG_VERSION = 1
 POOL_CLASSES = ("core", "shared", "experiment")

@@ -2,7 +2,7 @@
 
 This is the part of the simulator that is event-like (a few hundred jobs, thousands of events), so it
 is plain Python over a one-second clock. Everything per GPU-second is done afterwards, vectorized, in
-`agents.sim.signals`.
+`goodput.sim.signals`.
 
 What it models, because these are what goodput must measure:
 - a priority queue per pool; the first job that does not fit blocks the ones behind it (no backfill),

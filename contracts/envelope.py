@@ -11,17 +11,15 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from collectors.schema import KINDS, SCHEMA_VERSION
+from contracts.schema import KINDS, SCHEMA_VERSION
 
 
 def _column(values: Any) -> Any:
     """A column orjson can write: numeric numpy arrays go as they are (non-finite floats become null,
     the simulator's 'absent'), object arrays and other sequences as lists."""
     if hasattr(values, "dtype"):
-        if values.dtype.kind in "biuf":
-            import numpy as np  # already loaded by whoever made the array; agents never pay for it
-
-            return np.ascontiguousarray(values)
+        if values.dtype.kind in "biuf":  # numpy, from whoever made the array: agents never load it
+            return values if values.flags["C_CONTIGUOUS"] else values.copy(order="C")
         return values.tolist()
     return list(values)
 

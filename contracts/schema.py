@@ -3,7 +3,7 @@
 Everything that names a field reads this table: the collectors (which fill rows), the agent (which
 batches rows into envelopes and exports Prometheus metrics named here), the loader (which validates
 against it), the ClickHouse DDL (one column per field), `docs/messages.md` (generated from it, and
-checked by a test) and the dashboards and alerts (through `pipeline.catalog`).
+checked by a test) and the dashboards and alerts (through `contracts.catalog`).
 
 Why columnar rows: a batch carries `columns` — one JSON array per field, all of one length — instead
 of a list of objects. Field names are written once per batch rather than once per row, decoding is a

@@ -14,15 +14,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from agents.sim.cluster import SimConfig, scaled_config, simulate
-from agents.sim.emit import messages, truth_table
-from pipeline import config as config_mod, ddl
+from goodput.sim.cluster import SimConfig, scaled_config, simulate
+from goodput.sim.emit import messages, truth_table
+from contracts import config as config_mod
+from pipeline import ddl
 from pipeline.analyzers import run as analyzers
 from pipeline.loader import Loader, limits_from_config
 from pipeline.progress import Progress
-from pipeline.store import ChdbStore, StoreLocked
+from pipeline.chdb_store import ChdbStore
+from pipeline.store import StoreLocked
 from pipeline.summary import format_team_table, job_table, team_table
-from pipeline.transport import InProcessTransport
+from transport.base import InProcessTransport
 
 POLL_RECORDS = 2000
 

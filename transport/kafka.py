@@ -1,6 +1,6 @@
-"""Kafka as the transport between agents and the loader (kafka-python), behind pipeline.transport.
+"""Kafka as the transport between agents and the loader (kafka-python), behind transport.base.
 
-Topics are `goodput.<kind>` (collectors.schema.topic_for), created up front by `ensure_topics`; the
+Topics are `goodput.<kind>` (contracts.schema.topic_for), created up front by `ensure_topics`; the
 message key is the sending node, so one node's batches of one kind stay in one partition, in order,
 and a consumer sees each node's `seq` grow without reordering.
 
@@ -32,8 +32,8 @@ import threading
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
-from collectors.schema import KINDS, topic_for
-from pipeline.transport import Record, TransportError
+from contracts.schema import KINDS, topic_for
+from transport.base import Record, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class KafkaSendError(TransportError):
 
 
 class KafkaProducerTransport:
-    """pipeline.transport.Producer over kafka-python's KafkaProducer.
+    """transport.base.Producer over kafka-python's KafkaProducer.
 
     `send` is asynchronous: it queues the record and returns, raising KafkaSendError at once only
     when the record cannot even be queued (unknown topic, `max_pending_bytes` reached). Delivery
@@ -338,7 +338,7 @@ class KafkaProducerTransport:
 
 
 class KafkaConsumerTransport:
-    """pipeline.transport.Consumer over kafka-python's KafkaConsumer, in a consumer group.
+    """transport.base.Consumer over kafka-python's KafkaConsumer, in a consumer group.
 
     Auto-commit is off: the loader commits a record only after its rows are stored, so a restart (or
     a rebalance) redelivers exactly the records not yet committed — at-least-once, and the store

@@ -1,0 +1,22 @@
+"""Opens the store the configuration names. Kept apart from the stores themselves so that neither
+implementation imports the other, and the ClickHouse driver loads only for a server store."""
+
+from __future__ import annotations
+
+import os
+
+from pipeline.store import Store, StoreError
+
+
+def open_store(kind: str, path: str | os.PathLike, server: dict | None = None) -> Store:
+    """The store named by configuration: "chdb" in directory `path`, or "server", a ClickHouse server
+    described by the `[store.server]` table (pipeline/server_store.py, docs/clickhouse-server.md)."""
+    if kind == "chdb":
+        from pipeline.chdb_store import ChdbStore  # chDB loads only for the embedded store
+
+        return ChdbStore(path)
+    if kind == "server":
+        from pipeline.server_store import ServerConfig, ServerStore  # the driver loads only when used
+
+        return ServerStore(ServerConfig.parse(server or {}))
+    raise StoreError(f"store kind {kind!r} is not known; use 'chdb' or 'server'")
