@@ -20,10 +20,22 @@ from typing import Any
 
 from collectors.diskstats import DEFAULT_EXCLUDE
 from collectors.lustre import DEFAULT_ROOTS as LUSTRE_ROOTS
-from contracts.schema import KINDS
 from contracts.config import ConfigError, parse_address, read_toml
+from contracts.schema import KINDS
 
-SOURCES = ("nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps", "slurm", "volcano", "kueue", "jobfile")
+SOURCES = (
+    "nvml",
+    "rdma",
+    "diskstats",
+    "psi",
+    "nfs",
+    "lustre",
+    "steps",
+    "slurm",
+    "volcano",
+    "kueue",
+    "jobfile",
+)
 """Collectors the agent knows how to build, by the name each reports in goodput_collector_success."""
 NODE_SOURCES = ("nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps")
 """The default set: what every GPU node has. Job-state sources run on one node per cluster."""
@@ -79,8 +91,9 @@ class AgentConfig:
 _LISTS = {"collectors", "lustre_roots", "nfs_mounts"}
 
 
-def parse_agent(table: dict[str, Any], where: str = "agent", *, env: dict[str, str] | None = None,
-                node: str | None = None) -> AgentConfig:
+def parse_agent(
+    table: dict[str, Any], where: str = "agent", *, env: dict[str, str] | None = None, node: str | None = None
+) -> AgentConfig:
     """Validates an `[agent]` table (unknown keys and wrong types are refused by name)."""
     env = os.environ if env is None else env
     known = {f.name: f for f in fields(AgentConfig)}
@@ -88,8 +101,10 @@ def parse_agent(table: dict[str, Any], where: str = "agent", *, env: dict[str, s
     data = {renamed.get(k, k): v for k, v in table.items()}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"[{where}]: unknown key(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(sorted(set(known) - {'intervals_s'} | {'intervals'}))}")
+        raise ConfigError(
+            f"[{where}]: unknown key(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(set(known) - {'intervals_s'} | {'intervals'}))}"
+        )
     defaults = AgentConfig()
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
@@ -103,9 +118,13 @@ def parse_agent(table: dict[str, Any], where: str = "agent", *, env: dict[str, s
                 raise ConfigError(f"[{where}].{name.removesuffix('_s')}: expected a table, got {value!r}")
             value = dict(value)
         elif name == "spool_fsync":
-            if not (value in ("always", "never") or (isinstance(value, int) and not isinstance(value, bool)
-                                                     and value >= 1)):
-                raise ConfigError(f"[{where}].spool_fsync: 'always', 'never' or a batch count >= 1, got {value!r}")
+            if not (
+                value in ("always", "never")
+                or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+            ):
+                raise ConfigError(
+                    f"[{where}].spool_fsync: 'always', 'never' or a batch count >= 1, got {value!r}"
+                )
         elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         elif not isinstance(value, type(default)) or isinstance(value, bool) != isinstance(default, bool):
@@ -123,7 +142,7 @@ def parse_agent(table: dict[str, Any], where: str = "agent", *, env: dict[str, s
     if bad:
         raise ConfigError(f"[{where}].collectors: unknown {', '.join(bad)}; known: {', '.join(SOURCES)}")
     if "jobfile" in kwargs.get("collectors", ()) and not kwargs.get("job_file"):
-        raise ConfigError(f"[{where}]: the jobfile source needs job_file = \"<path of the JSON-lines file>\"")
+        raise ConfigError(f'[{where}]: the jobfile source needs job_file = "<path of the JSON-lines file>"')
     if kwargs.get("log_format", "json") not in ("json", "text"):
         raise ConfigError(f"[{where}].log_format: 'json' or 'text', got {kwargs['log_format']!r}")
     for key in ("metrics_address", "step_address"):

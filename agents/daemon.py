@@ -58,9 +58,16 @@ class _Running:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, *, cluster: str, topic_prefix: str,
-                 collectors: list[Collector], make_producer: Callable[[], KafkaProducerLike],
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        *,
+        cluster: str,
+        topic_prefix: str,
+        collectors: list[Collector],
+        make_producer: Callable[[], KafkaProducerLike],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cfg = cfg
         self.cluster = cluster
         self.topic_prefix = topic_prefix
@@ -70,11 +77,17 @@ class Agent:
         self.by_kind: dict[str, list[_Running]] = {}
         for c in collectors:
             self.by_kind.setdefault(c.kind, []).append(_Running(c))
-        self.spool = Spool(cfg.spool_dir, max_bytes=cfg.spool_max_bytes,
-                           segment_bytes=min(cfg.spool_segment_bytes, cfg.spool_max_bytes), fsync=cfg.spool_fsync)
+        self.spool = Spool(
+            cfg.spool_dir,
+            max_bytes=cfg.spool_max_bytes,
+            segment_bytes=min(cfg.spool_segment_bytes, cfg.spool_max_bytes),
+            fsync=cfg.spool_fsync,
+        )
         self.seqs = SeqState(cfg.seq_path, cfg.node)
         self._raise_seqs_from_spool()
-        self.sender = SpoolSender(self.spool, make_producer, self.metrics, window=cfg.send_window, clock=clock)
+        self.sender = SpoolSender(
+            self.spool, make_producer, self.metrics, window=cfg.send_window, clock=clock
+        )
         self._dropped_seen = 0
         self.metrics_address: tuple[str, int] | None = None
 
@@ -100,8 +113,15 @@ class Agent:
         if not rows:
             return 0  # nothing measured (job and step events are sparse): no empty batch, no seq used
         seq = self.seqs.reserve(kind)
-        value = encode_batch(kind=kind, cluster=self.cluster, node=self.cfg.node, seq=seq,
-                             sent_ms=int(self.clock() * 1000), columns=columns(kind, rows), agent=self.version)
+        value = encode_batch(
+            kind=kind,
+            cluster=self.cluster,
+            node=self.cfg.node,
+            seq=seq,
+            sent_ms=int(self.clock() * 1000),
+            columns=columns(kind, rows),
+            agent=self.version,
+        )
         self.spool.append(topic_for(kind, self.topic_prefix), self.cfg.node.encode(), value)
         return len(rows)
 
@@ -130,8 +150,12 @@ class Agent:
         rejected = getattr(c, "rejected", None) or []
         if rejected and kind == "step":
             self.metrics.steps_rejected(len(rejected))
-            log.warning("step receiver rejected %d datagrams, first: %s", len(rejected), rejected[0]["reason"],
-                        extra={"collector": c.name})
+            log.warning(
+                "step receiver rejected %d datagrams, first: %s",
+                len(rejected),
+                rejected[0]["reason"],
+                extra={"collector": c.name},
+            )
         self.metrics.collector_ran(c.name, True, time.perf_counter() - start, len(rows))
         self.metrics.samples.update(c.name, kind, rows)
         return rows
@@ -149,10 +173,17 @@ class Agent:
             host, port = parse_address(self.cfg.metrics_address, "[agent].metrics_address")
             self.metrics_address = self.metrics.serve(host, port)
         kinds = [k for k in KINDS if self.by_kind.get(k)]
-        log.info("agent %s started on %s: %s; metrics on %s", self.version, self.cfg.node,
-                 ", ".join(f"{k} every {self.cfg.interval_s(k):g}s ({', '.join(r.collector.name for r in self.by_kind[k])})"
-                           for k in kinds) or "no collectors",
-                 "%s:%d" % self.metrics_address if self.metrics_address else "off")
+        log.info(
+            "agent %s started on %s: %s; metrics on %s",
+            self.version,
+            self.cfg.node,
+            ", ".join(
+                f"{k} every {self.cfg.interval_s(k):g}s ({', '.join(r.collector.name for r in self.by_kind[k])})"
+                for k in kinds
+            )
+            or "no collectors",
+            "%s:%d" % self.metrics_address if self.metrics_address else "off",
+        )
         self.sender.start()
         due = {k: self._next_aligned(k, self.clock()) for k in kinds}
         try:
@@ -183,14 +214,21 @@ class Agent:
 
     def close(self) -> None:
         left = self.spool.stats.batches
-        log.info("agent stopping: sending for up to %.0fs (%d batches in the spool)", self.cfg.shutdown_timeout_s, left)
+        log.info(
+            "agent stopping: sending for up to %.0fs (%d batches in the spool)",
+            self.cfg.shutdown_timeout_s,
+            left,
+        )
         self.sender.stop(self.cfg.shutdown_timeout_s)
         self.spool.sync()
         self.seqs.close()
         left = self.spool.stats.batches
         if left:
-            log.warning("agent stopped with %d batches in the spool %s; they are sent at the next start",
-                        left, self.cfg.spool_dir)
+            log.warning(
+                "agent stopped with %d batches in the spool %s; they are sent at the next start",
+                left,
+                self.cfg.spool_dir,
+            )
         self.spool.close()
         for runs in self.by_kind.values():
             for run in runs:

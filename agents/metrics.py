@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collectors.base import Row
-from contracts.schema import KINDS
 from contracts.catalog import AGENT_SELF_METRICS
 from contracts.exporter import MetricsEndpoint, declare
+from contracts.schema import KINDS
 
 HOST_LABEL_KINDS = ("gpu",)
 

@@ -28,8 +28,8 @@ import time
 from typing import Callable, Protocol
 
 from agents.spool import Spool, SpoolEntry
-from transport.kafka import KafkaSendError
 from transport.base import TransportError
+from transport.kafka import KafkaSendError
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,18 @@ class KafkaProducerLike(Protocol):
 
 
 class SpoolSender:
-    def __init__(self, spool: Spool, make_producer: Callable[[], KafkaProducerLike], metrics: SendMetrics, *,
-                 window: int = 1000, flush_step_s: float = 1.0, backoff_s: float = 0.5,
-                 backoff_max_s: float = 30.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        make_producer: Callable[[], KafkaProducerLike],
+        metrics: SendMetrics,
+        *,
+        window: int = 1000,
+        flush_step_s: float = 1.0,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.spool = spool
         self.make_producer = make_producer
         self.metrics = metrics
@@ -124,8 +133,11 @@ class SpoolSender:
         try:
             self._producer = self.make_producer()
         except TransportError as e:
-            log.warning("Kafka producer not ready, batches stay in the spool (%d waiting): %s",
-                        self.spool.stats.batches, e)
+            log.warning(
+                "Kafka producer not ready, batches stay in the spool (%d waiting): %s",
+                self.spool.stats.batches,
+                e,
+            )
             return False
         log.info("Kafka producer connected")
         return True
@@ -158,8 +170,12 @@ class SpoolSender:
             self._replay_mark = max(self._replay_mark, (last.segment, last.index))
             self.metrics.failed(not_delivered)
             why = refused if refused and n == len(sent) else "delivery failed"
-            log.warning("Kafka did not take %d of %d batches (%s); they stay in the spool and are retried",
-                        len(entries) - n, len(entries), why)
+            log.warning(
+                "Kafka did not take %d of %d batches (%s); they stay in the spool and are retried",
+                len(entries) - n,
+                len(entries),
+                why,
+            )
         return n
 
     def _wait(self, producer: KafkaProducerLike) -> set[int] | None:

@@ -51,8 +51,9 @@ class AgentStateError(RuntimeError):
 
 
 class SeqState:
-    def __init__(self, path: str | os.PathLike, node: str, *, block: int = 100,
-                 boot_id: str | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike, node: str, *, block: int = 100, boot_id: str | None = None
+    ) -> None:
         self.path = Path(path)
         self.ceiling_path = self.path.with_name(self.path.stem + ".ceiling.json")
         self.node = node
@@ -78,11 +79,13 @@ class SeqState:
                 f'{{"node": "{self.node}", "next": {{"<kind>": <n>}}}} to {self.path} with n above the '
                 f"highest seq the loader stored for this node (SELECT kind, max(seq) FROM ingested_batches "
                 f"WHERE node = '{self.node}' GROUP BY kind): restarting at 0 would make the loader drop "
-                f"new batches as duplicates") from None
+                f"new batches as duplicates"
+            ) from None
         if data.get("node") not in (None, self.node):
             raise AgentStateError(
                 f"agent state {path} belongs to node {data.get('node')!r}, not {self.node!r}: each node "
-                f"needs its own state_dir (a copied disk image or a shared volume?)")
+                f"needs its own state_dir (a copied disk image or a shared volume?)"
+            )
         return data
 
     @staticmethod
@@ -99,9 +102,14 @@ class SeqState:
         if not trusted and ceiling is not None:
             jumped = {k: c for k, c in self.ceiling.items() if c > self.next[k]}
             if jumped:
-                log.warning("agent state %s may be stale (the node rebooted after an unclean stop): resuming "
-                            "at the durable ceiling %s, leaving a gap of at most %d batches per kind instead "
-                            "of reusing sequence numbers", self.path, jumped, self.block)
+                log.warning(
+                    "agent state %s may be stale (the node rebooted after an unclean stop): resuming "
+                    "at the durable ceiling %s, leaving a gap of at most %d batches per kind instead "
+                    "of reusing sequence numbers",
+                    self.path,
+                    jumped,
+                    self.block,
+                )
                 self.next.update(jumped)
         self._save(clean=False)
 
@@ -118,8 +126,13 @@ class SeqState:
     def floor(self, kind: str, at_least: int) -> None:
         """Makes the next seq of `kind` at least `at_least` (used with what the spool still holds)."""
         if at_least > self.next[kind]:
-            log.warning("agent state %s was behind the spool for %s (next seq %d, spool holds %d): raised",
-                        self.path, kind, self.next[kind], at_least - 1)
+            log.warning(
+                "agent state %s was behind the spool for %s (next seq %d, spool holds %d): raised",
+                self.path,
+                kind,
+                self.next[kind],
+                at_least - 1,
+            )
             self.next[kind] = at_least
             self.ceiling[kind] = max(self.ceiling[kind], at_least + self.block)
             self._write_ceiling()
@@ -132,8 +145,15 @@ class SeqState:
         self._fd = None
 
     def _save(self, *, clean: bool) -> None:
-        body = json.dumps({"version": FORMAT_VERSION, "node": self.node, "boot_id": self.boot_id,
-                           "next": self.next, "clean": clean}).encode()
+        body = json.dumps(
+            {
+                "version": FORMAT_VERSION,
+                "node": self.node,
+                "boot_id": self.boot_id,
+                "next": self.next,
+                "clean": clean,
+            }
+        ).encode()
         if len(body) > _EXACT_SIZE:
             raise AgentStateError(f"agent state for node {self.node!r} does not fit {_EXACT_SIZE} bytes")
         if self._fd is None:
@@ -148,8 +168,15 @@ class SeqState:
         tmp = self.ceiling_path.with_name(self.ceiling_path.name + ".tmp")
         self.ceiling_path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w") as f:
-            json.dump({"version": FORMAT_VERSION, "node": self.node, "boot_id": self.boot_id,
-                       "ceiling": self.ceiling}, f)
+            json.dump(
+                {
+                    "version": FORMAT_VERSION,
+                    "node": self.node,
+                    "boot_id": self.boot_id,
+                    "ceiling": self.ceiling,
+                },
+                f,
+            )
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.ceiling_path)

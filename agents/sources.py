@@ -14,8 +14,8 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from collectors.base import Collector, CollectorError, CollectorUnavailable
 from agents.config import AgentConfig, parse_address
+from collectors.base import Collector, CollectorError, CollectorUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,9 @@ def _nvml(cfg: AgentConfig) -> Collector:
     try:
         module = importlib.import_module(cfg.nvml_module)
     except ImportError as e:
-        raise CollectorUnavailable(f"NVML binding {cfg.nvml_module!r} cannot be imported ({e}); install "
-                                   f"nvidia-ml-py") from e
+        raise CollectorUnavailable(
+            f"NVML binding {cfg.nvml_module!r} cannot be imported ({e}); install nvidia-ml-py"
+        ) from e
     return NvmlCollector(module, proc_root=cfg.proc_root)
 
 
@@ -49,8 +50,10 @@ def _psi(cfg: AgentConfig) -> Collector:
     from collectors.psi import PsiCollector
 
     if not (Path(cfg.proc_root) / "pressure" / "io").exists():
-        raise CollectorUnavailable(f"no pressure stall information: {cfg.proc_root}/pressure/io does not "
-                                   f"exist (kernel < 4.20 or booted with psi=0)")
+        raise CollectorUnavailable(
+            f"no pressure stall information: {cfg.proc_root}/pressure/io does not "
+            f"exist (kernel < 4.20 or booted with psi=0)"
+        )
     return PsiCollector(cfg.proc_root)
 
 
@@ -85,6 +88,7 @@ def _kube(scheduler: str) -> Callable[[AgentConfig], Collector]:
         from collectors.kube import KubeJobCollector
 
         return KubeJobCollector(scheduler)
+
     return build
 
 
@@ -95,8 +99,17 @@ def _jobfile(cfg: AgentConfig) -> Collector:
 
 
 BUILDERS: dict[str, Callable[[AgentConfig], Collector]] = {
-    "nvml": _nvml, "rdma": _rdma, "diskstats": _diskstats, "psi": _psi, "nfs": _nfs, "lustre": _lustre,
-    "steps": _steps, "slurm": _slurm, "volcano": _kube("volcano"), "kueue": _kube("kueue"), "jobfile": _jobfile,
+    "nvml": _nvml,
+    "rdma": _rdma,
+    "diskstats": _diskstats,
+    "psi": _psi,
+    "nfs": _nfs,
+    "lustre": _lustre,
+    "steps": _steps,
+    "slurm": _slurm,
+    "volcano": _kube("volcano"),
+    "kueue": _kube("kueue"),
+    "jobfile": _jobfile,
 }
 
 
@@ -115,6 +128,8 @@ def build_collectors(cfg: AgentConfig) -> tuple[list[Collector], dict[str, str]]
             unavailable[name] = str(e)
             log.info("source %s is off on this node: %s", name, e, extra={"collector": name})
         except (CollectorError, OSError, ValueError) as e:
-            raise SourceFailed(f"source {name} could not start: {e}; fix [agent] in the config or the "
-                               f"node, or remove {name!r} from [agent].collectors") from e
+            raise SourceFailed(
+                f"source {name} could not start: {e}; fix [agent] in the config or the "
+                f"node, or remove {name!r} from [agent].collectors"
+            ) from e
     return collectors, unavailable

@@ -98,23 +98,27 @@ def encode_record(topic: str, key: bytes | None, value: bytes) -> bytes:
     t = topic.encode()
     if len(t) > 0xFFFF:
         raise ValueError(f"topic name too long for the spool ({len(t)} bytes)")
-    body = b"".join([
-        struct.pack("<H", len(t)), t,
-        struct.pack("<i", -1 if key is None else len(key)), key or b"",
-        value,
-    ])
+    body = b"".join(
+        [
+            struct.pack("<H", len(t)),
+            t,
+            struct.pack("<i", -1 if key is None else len(key)),
+            key or b"",
+            value,
+        ]
+    )
     length = struct.pack("<I", len(body))
     return length + struct.pack("<I", zlib.crc32(body, zlib.crc32(length))) + body
 
 
 def decode_body(body: bytes) -> tuple[str, bytes | None, bytes]:
     (tlen,) = struct.unpack_from("<H", body, 0)
-    topic = body[2:2 + tlen].decode()
+    topic = body[2 : 2 + tlen].decode()
     (klen,) = struct.unpack_from("<i", body, 2 + tlen)
     pos = 6 + tlen
     if klen < 0:
         return topic, None, body[pos:]
-    return topic, body[pos:pos + klen], body[pos + klen:]
+    return topic, body[pos : pos + klen], body[pos + klen :]
 
 
 def _scan(data: bytes) -> tuple[list[int], bool]:
@@ -129,7 +133,7 @@ def _scan(data: bytes) -> tuple[list[int], bool]:
         end = pos + _PREFIX.size + length
         if end > n or length < 6:
             return ends, True
-        if zlib.crc32(data[pos + _PREFIX.size:end], zlib.crc32(data[pos:pos + 4])) != crc:
+        if zlib.crc32(data[pos + _PREFIX.size : end], zlib.crc32(data[pos : pos + 4])) != crc:
             return ends, True
         ends.append(end)
         pos = end
@@ -139,8 +143,14 @@ def _scan(data: bytes) -> tuple[list[int], bool]:
 class Spool:
     """A bounded, crash-safe FIFO of (topic, key, value) batches in `directory`."""
 
-    def __init__(self, directory: str | os.PathLike, *, max_bytes: int = 256 * 1024 * 1024,
-                 segment_bytes: int | None = None, fsync: str | int = 100):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        max_bytes: int = 256 * 1024 * 1024,
+        segment_bytes: int | None = None,
+        fsync: str | int = 100,
+    ):
         if fsync not in ("always", "never") and not (isinstance(fsync, int) and fsync >= 1):
             raise ValueError(f"spool fsync={fsync!r}: 'always', 'never' or a record count >= 1")
         self.dir = pathlib.Path(directory)
@@ -169,7 +179,7 @@ class Spool:
         paths = sorted(p for p in self.dir.glob("*" + _SUFFIX) if p.stem.isdigit())
         for path in paths:
             data = path.read_bytes()
-            if len(data) < len(HEADER) or data[:len(MAGIC)] != MAGIC:
+            if len(data) < len(HEADER) or data[: len(MAGIC)] != MAGIC:
                 # A file whose header never got written completely: created, then killed.
                 log.warning("spool: removing %s: no complete segment header (%d bytes)", path, len(data))
                 self._torn += 1 if data else 0
@@ -177,16 +187,25 @@ class Spool:
                 continue
             if data[len(MAGIC)] != FORMAT_VERSION:
                 aside = path.with_name(path.name + f".v{data[len(MAGIC)]}.unreadable")
-                log.warning("spool: %s has format version %d, this agent reads %d; moved aside to %s",
-                            path, data[len(MAGIC)], FORMAT_VERSION, aside)
+                log.warning(
+                    "spool: %s has format version %d, this agent reads %d; moved aside to %s",
+                    path,
+                    data[len(MAGIC)],
+                    FORMAT_VERSION,
+                    aside,
+                )
                 path.rename(aside)
                 continue
             seg = _Segment(int(path.stem), path)
             seg.ends, torn = _scan(data)
             seg.size = seg.ends[-1] if seg.ends else len(HEADER)
             if torn:
-                log.warning("spool: %s: torn or corrupt record at byte %d of %d; truncated there",
-                            path, seg.size, len(data))
+                log.warning(
+                    "spool: %s: torn or corrupt record at byte %d of %d; truncated there",
+                    path,
+                    seg.size,
+                    len(data),
+                )
                 self._torn += 1
                 with path.open("r+b") as f:
                     f.truncate(seg.size)
@@ -203,7 +222,9 @@ class Spool:
         except FileNotFoundError:
             return
         except (ValueError, KeyError, TypeError):
-            log.warning("spool: unreadable %s; replaying from the oldest segment (duplicates are harmless)", path)
+            log.warning(
+                "spool: unreadable %s; replaying from the oldest segment (duplicates are harmless)", path
+            )
             return
         self._next_id = max(self._next_id, seg_id + 1)
         for seg in self._segments:
@@ -218,7 +239,9 @@ class Spool:
         """Stores one batch, deleting the oldest segments first if it would not fit in `max_bytes`."""
         rec = encode_record(topic, key, value)
         if len(HEADER) + len(rec) > self.max_bytes:
-            raise ValueError(f"batch of {len(rec)} bytes is larger than the whole spool (max_bytes={self.max_bytes})")
+            raise ValueError(
+                f"batch of {len(rec)} bytes is larger than the whole spool (max_bytes={self.max_bytes})"
+            )
         with self._lock:
             seg = self._active()
             if seg.size + len(rec) > self.segment_bytes and seg.ends:
@@ -264,8 +287,12 @@ class Spool:
         seg = self._segments.pop(0)
         if seg.live:
             self._dropped += seg.live
-            log.warning("spool full (max_bytes=%d): dropped %d unsent batches of segment %s",
-                        self.max_bytes, seg.live, seg.path.name)
+            log.warning(
+                "spool full (max_bytes=%d): dropped %d unsent batches of segment %s",
+                self.max_bytes,
+                seg.live,
+                seg.path.name,
+            )
         seg.path.unlink(missing_ok=True)
 
     def sync(self) -> None:
@@ -294,7 +321,9 @@ class Spool:
                     data = f.read(end - start)
                     length, crc = _PREFIX.unpack_from(data, 0) if len(data) >= 8 else (0, 0)
                     if len(data) != end - start or zlib.crc32(data[8:], zlib.crc32(data[:4])) != crc:
-                        log.warning("spool: %s changed on disk at byte %d; skipping the rest of it", seg.path, start)
+                        log.warning(
+                            "spool: %s changed on disk at byte %d; skipping the rest of it", seg.path, start
+                        )
                         with self._lock:
                             self._torn += 1
                         break
@@ -347,8 +376,11 @@ class Spool:
     def stats(self) -> SpoolStats:
         with self._lock:
             return SpoolStats(
-                bytes=self._bytes(), batches=sum(s.live for s in self._segments),
-                dropped=self._dropped, torn=self._torn, segments=len(self._segments),
+                bytes=self._bytes(),
+                batches=sum(s.live for s in self._segments),
+                dropped=self._dropped,
+                torn=self._torn,
+                segments=len(self._segments),
             )
 
     def __len__(self) -> int:
@@ -383,4 +415,4 @@ class Spool:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]

@@ -30,10 +30,12 @@ from tests.fixtures.kafka import KafkaBroker  # noqa: E402
 from tests.fixtures.server_process import free_ports  # noqa: E402
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-IMPORTS = ("import agents.daemon, agents.sources, agents.metrics, transport.kafka, kafka, "
-           "prometheus_client, collectors.nvml, collectors.rdma, collectors.lustre, collectors.nfs, "
-           "collectors.diskstats, collectors.psi, collectors.steps, tests.agents.fake_nvml_module, time; "
-           "time.sleep(30)")
+IMPORTS = (
+    "import agents.daemon, agents.sources, agents.metrics, transport.kafka, kafka, "
+    "prometheus_client, collectors.nvml, collectors.rdma, collectors.lustre, collectors.nfs, "
+    "collectors.diskstats, collectors.psi, collectors.steps, tests.agents.fake_nvml_module, time; "
+    "time.sleep(30)"
+)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -87,9 +89,15 @@ def main(seconds: float = 60.0) -> None:
         sys.exit("Kafka jars missing: run `bash .ci/install.d/kafka.sh` first")
     with tempfile.TemporaryDirectory() as tmp:
         port, controller, ssl_port, sasl_port = free_ports(4)
-        broker = KafkaBroker(libs=kafka_dist.libs_dir(), workdir=Path(tmp) / "kafka", port=port,
-                             controller_port=controller, ssl_port=ssl_port, sasl_ssl_port=sasl_port,
-                             java=shutil.which("java"))
+        broker = KafkaBroker(
+            libs=kafka_dist.libs_dir(),
+            workdir=Path(tmp) / "kafka",
+            port=port,
+            controller_port=controller,
+            ssl_port=ssl_port,
+            sasl_ssl_port=sasl_port,
+            java=shutil.which("java"),
+        )
         broker.workdir.mkdir()
         broker.configure()
         broker.start()
@@ -110,14 +118,24 @@ def main(seconds: float = 60.0) -> None:
             broker.stop()
     cpu_pct = (c1 - c0) / (t1 - t0) * 100
     batches = sum(sent1[k] - sent0[k] for k in sent1)
-    print(f"agent, 8 GPUs + 8 RDMA ports + 4 disks + PSI + NFS + Lustre (8 OSTs), 1 Hz, real broker, {seconds:.0f} s")
-    print(f"  batches produced            {batches} ({batches / (t1 - t0):.1f}/s), {spooled:.0f} in the spool at the end")
+    print(
+        f"agent, 8 GPUs + 8 RDMA ports + 4 disks + PSI + NFS + Lustre (8 OSTs), 1 Hz, real broker, {seconds:.0f} s"
+    )
+    print(
+        f"  batches produced            {batches} ({batches / (t1 - t0):.1f}/s), {spooled:.0f} in the spool at the end"
+    )
     print(f"  CPU                         {cpu_pct:.2f} % of one core   (goal < 1 %)")
-    print(f"    of which the collectors   {alone:.2f} %  (same fixture, timed alone in this process); "
-          f"the agent's own machinery {cpu_pct - alone:.2f} %")
-    print(f"  RSS now / peak              {mem['VmRSS'] / 1024:.1f} MiB / {mem['VmHWM'] / 1024:.1f} MiB   (goal < 60 MB)")
-    print(f"  baseline: same imports, idle {base / 1024:.1f} MiB  -> the agent's own working set "
-          f"{(mem['VmRSS'] - base) / 1024:.1f} MiB")
+    print(
+        f"    of which the collectors   {alone:.2f} %  (same fixture, timed alone in this process); "
+        f"the agent's own machinery {cpu_pct - alone:.2f} %"
+    )
+    print(
+        f"  RSS now / peak              {mem['VmRSS'] / 1024:.1f} MiB / {mem['VmHWM'] / 1024:.1f} MiB   (goal < 60 MB)"
+    )
+    print(
+        f"  baseline: same imports, idle {base / 1024:.1f} MiB  -> the agent's own working set "
+        f"{(mem['VmRSS'] - base) / 1024:.1f} MiB"
+    )
 
 
 if __name__ == "__main__":

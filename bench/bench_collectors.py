@@ -35,7 +35,8 @@ def build(root: Path) -> dict[str, object]:
     return {
         "nvml (8 GPUs)": NvmlCollector(FakeNvml(gpus), proc_root=proc),
         "rdma (8 ports, 2 with ethtool)": RdmaCollector(
-            sysfs, pfc_netdevs={"mlx5_6": "eth6", "mlx5_7": "eth7"}, run_command=lambda argv: ethtool),
+            sysfs, pfc_netdevs={"mlx5_6": "eth6", "mlx5_7": "eth7"}, run_command=lambda argv: ethtool
+        ),
         "diskstats (4 disks)": DiskstatsCollector(proc),
         "psi": PsiCollector(proc),
         "nfs (1 mount)": NfsCollector(proc),
@@ -58,7 +59,9 @@ def main(ticks: int = 200) -> None:
             total += us
             print(f"{name:34} {us:9.0f} {us / 1e4:11.3f}%")
         print(f"{'total':34} {total:9.0f} {total / 1e4:11.3f}%   (budget < 1 %)")
-        print("note: ethtool is a recorded string here; a real `ethtool -S` fork+exec costs ~1-3 ms of CPU each")
+        print(
+            "note: ethtool is a recorded string here; a real `ethtool -S` fork+exec costs ~1-3 ms of CPU each"
+        )
 
 
 if __name__ == "__main__":

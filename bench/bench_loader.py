@@ -40,17 +40,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from contracts import config as config_mod  # noqa: E402
+from contracts.schema import KINDS, topic_for  # noqa: E402
 from goodput.sim.cluster import SimConfig, scaled_config, simulate  # noqa: E402
 from goodput.sim.emit import messages  # noqa: E402
-from contracts.schema import KINDS, topic_for  # noqa: E402
-from contracts import config as config_mod  # noqa: E402
-from pipeline import ddl
-from transport.kafka import (KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings,  # noqa: E402
-                                      ensure_topics)
+from pipeline import (
+    ddl,
+    validate,  # noqa: E402
+)
+from pipeline.chdb_store import ChdbStore  # noqa: E402
 from pipeline.loader import Loader, _expected_kind, cycle_collector_paused, limits_from_config  # noqa: E402
 from pipeline.loader_service import LoaderService  # noqa: E402
-from pipeline import validate  # noqa: E402
-from pipeline.chdb_store import ChdbStore  # noqa: E402
+from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings, ensure_topics  # noqa: E402
 
 BASELINE = "43ffd1d"
 """The walking skeleton's commit: its validator is what the loader had before issue 5."""
@@ -58,20 +59,29 @@ BASELINE = "43ffd1d"
 
 def start_broker(workdir: Path):
     """The test suite's broker class (tests/fixtures/kafka.py), started outside pytest."""
-    from tests.fixtures import kafka as fixture, kafka_dist
+    from tests.fixtures import kafka as fixture
+    from tests.fixtures import kafka_dist
 
     if not kafka_dist.is_installed():
-        raise SystemExit(f"Kafka jars missing in {kafka_dist.libs_dir()}: run `bash .ci/install.d/kafka.sh`, "
-                         f"or pass --bootstrap HOST:PORT of a running broker")
+        raise SystemExit(
+            f"Kafka jars missing in {kafka_dist.libs_dir()}: run `bash .ci/install.d/kafka.sh`, "
+            f"or pass --bootstrap HOST:PORT of a running broker"
+        )
     socks = [socket.socket() for _ in range(4)]
     for s in socks:
         s.bind(("127.0.0.1", 0))
     ports = [s.getsockname()[1] for s in socks]
     for s in socks:
         s.close()
-    broker = fixture.KafkaBroker(libs=kafka_dist.libs_dir(), workdir=workdir, port=ports[0],
-                                 controller_port=ports[1], ssl_port=ports[2], sasl_ssl_port=ports[3],
-                                 java=shutil.which("java") or "java")
+    broker = fixture.KafkaBroker(
+        libs=kafka_dist.libs_dir(),
+        workdir=workdir,
+        port=ports[0],
+        controller_port=ports[1],
+        ssl_port=ports[2],
+        sasl_ssl_port=ports[3],
+        java=shutil.which("java") or "java",
+    )
     broker.configure()
     broker.start()
     return broker
@@ -128,31 +138,48 @@ def consume_and_load(bootstrap: str, prefix: str, cfg, store, expected: int) -> 
         consumer.commit(pending)
         commit += time.perf_counter() - t
         pending, pending_bytes = [], 0
-    out = {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0,
-           "main_cpu": time.thread_time() - main0, "fetch": fetch, "commit": commit, "fetch_cpu": fetch_cpu,
-           "load_cpu": load_cpu,
-           "decode": loader.totals.decode_s, "insert": loader.totals.insert_s,
-           "rows": sum(loader.totals.rows.values()), "records": loader.totals.records,
-           "dead": sum(loader.totals.dead_letters.values())}
+    out = {
+        "wall": time.perf_counter() - wall0,
+        "cpu": time.process_time() - cpu0,
+        "main_cpu": time.thread_time() - main0,
+        "fetch": fetch,
+        "commit": commit,
+        "fetch_cpu": fetch_cpu,
+        "load_cpu": load_cpu,
+        "decode": loader.totals.decode_s,
+        "insert": loader.totals.insert_s,
+        "rows": sum(loader.totals.rows.values()),
+        "records": loader.totals.records,
+        "dead": sum(loader.totals.dead_letters.values()),
+    }
     consumer.close()
     return out
 
 
 def service_end_to_end(bootstrap: str, prefix: str, cfg, store) -> dict:
-    cfg = replace(cfg, transport=replace(cfg.transport, kind="kafka", topic_prefix=prefix),
-                  loader=replace(cfg.loader, metrics_address=""))
-    kafka = KafkaSettings.from_config({"bootstrap": bootstrap, "group_id": f"bench-svc-{uuid.uuid4().hex[:6]}"})
+    cfg = replace(
+        cfg,
+        transport=replace(cfg.transport, kind="kafka", topic_prefix=prefix),
+        loader=replace(cfg.loader, metrics_address=""),
+    )
+    kafka = KafkaSettings.from_config(
+        {"bootstrap": bootstrap, "group_id": f"bench-svc-{uuid.uuid4().hex[:6]}"}
+    )
     svc = LoaderService(cfg, store, kafka, until_caught_up=True)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     totals = svc.run()
-    return {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0,
-            "rows": sum(totals.rows.values())}
+    return {
+        "wall": time.perf_counter() - wall0,
+        "cpu": time.process_time() - cpu0,
+        "rows": sum(totals.rows.values()),
+    }
 
 
 def load_baseline(rev: str):
     """pipeline/validate.py as it was at `rev`, imported under another name."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:pipeline/validate.py"], check=True,
-                            capture_output=True).stdout
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:pipeline/validate.py"], check=True, capture_output=True
+    ).stdout
     spec = importlib.util.spec_from_loader("validate_baseline", loader=None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -162,8 +189,9 @@ def load_baseline(rev: str):
 
 def _decode_rows(module, records, limits, prefix: str) -> int:
     envs = [module.decode(r.value, limits, _expected_kind(r.topic, prefix)) for r in records]
-    tables, _ = module.to_tables([e for e in envs if isinstance(e, module.Envelope)], int(time.time() * 1000),
-                                 limits)
+    tables, _ = module.to_tables(
+        [e for e in envs if isinstance(e, module.Envelope)], int(time.time() * 1000), limits
+    )
     return sum(t.num_rows for t in tables.values())
 
 
@@ -184,8 +212,9 @@ def decode_only(module, records, limits, prefix: str, paused: bool) -> tuple[flo
 
 def fetch_all(bootstrap: str, prefix: str, expected: int) -> tuple[list, float]:
     """Every record, read by a new group; and the process CPU seconds the reading took after joining."""
-    consumer = KafkaConsumerTransport(bootstrap, [topic_for(k, prefix) for k in KINDS],
-                                      group_id=f"bench-raw-{uuid.uuid4().hex[:6]}")
+    consumer = KafkaConsumerTransport(
+        bootstrap, [topic_for(k, prefix) for k in KINDS], group_id=f"bench-raw-{uuid.uuid4().hex[:6]}"
+    )
     out: list = []
     while not out:
         out = consumer.poll(1, 0.2)
@@ -226,8 +255,10 @@ def main() -> None:
             prefix = f"bench{uuid.uuid4().hex[:6]}"
             mb = sum(len(v) for *_, v in msgs) / 1e6
             produced_s = produce(bootstrap, prefix, msgs)
-            print(f"workload: {args.gpus} simulated GPUs x {args.hours:g} h = {len(msgs):,} batches, {mb:,.1f} MB of "
-                  f"JSON, produced to 4-partition topics in {produced_s:.1f} s")
+            print(
+                f"workload: {args.gpus} simulated GPUs x {args.hours:g} h = {len(msgs):,} batches, {mb:,.1f} MB of "
+                f"JSON, produced to 4-partition topics in {produced_s:.1f} s"
+            )
             with ChdbStore(tmp / "store") as store:
                 ddl.migrate(store)
                 r = consume_and_load(bootstrap, prefix, scaled, store, len(msgs))
@@ -245,22 +276,36 @@ def main() -> None:
     rows = r["rows"]
     from kafka.record import util as kafka_record_util
 
-    crc = "C (crc32c package)" if kafka_record_util._crc32c is not kafka_record_util.crc32c_py else \
-        "pure Python (the crc32c package is not installed)"
-    print(f"\nKafka → chDB, one process: {rows:,} rows in {r['records']:,} records, {r['dead']} dead letters; "
-          f"kafka-python checks record CRC32C in {crc}\n")
+    crc = (
+        "C (crc32c package)"
+        if kafka_record_util._crc32c is not kafka_record_util.crc32c_py
+        else "pure Python (the crc32c package is not installed)"
+    )
+    print(
+        f"\nKafka → chDB, one process: {rows:,} rows in {r['records']:,} records, {r['dead']} dead letters; "
+        f"kafka-python checks record CRC32C in {crc}\n"
+    )
     print(f"{'phase':18} {'seconds':>8} {'share':>6} {'rows/s in phase':>16}")
-    phases = {"fetch": r["fetch"], "decode/validate": r["decode"], "insert": r["insert"], "commit": r["commit"]}
+    phases = {
+        "fetch": r["fetch"],
+        "decode/validate": r["decode"],
+        "insert": r["insert"],
+        "commit": r["commit"],
+    }
     other = r["wall"] - sum(phases.values())
     for name, sec in [*phases.items(), ("other", other)]:
         print(f"{name:18} {sec:8.2f} {sec / r['wall']:6.1%} {rows / sec if sec > 0.01 else 0:16,.0f}")
     print(f"{'total (wall)':18} {r['wall']:8.2f} {'':6} {rows / r['wall']:16,.0f}")
-    print(f"\nCPU: {r['cpu']:.2f} s in the process: {r['main_cpu']:.2f} s on the loader thread (poll "
-          f"{r['fetch_cpu']:.2f} s, load {r['load_cpu']:.2f} s), {r['cpu'] - r['main_cpu']:.2f} s on kafka-python's "
-          f"and chDB's own threads. Wall above CPU is waiting (for the broker, or for a core on a busy machine).")
+    print(
+        f"\nCPU: {r['cpu']:.2f} s in the process: {r['main_cpu']:.2f} s on the loader thread (poll "
+        f"{r['fetch_cpu']:.2f} s, load {r['load_cpu']:.2f} s), {r['cpu'] - r['main_cpu']:.2f} s on kafka-python's "
+        f"and chDB's own threads. Wall above CPU is waiting (for the broker, or for a core on a busy machine)."
+    )
     print(f"rows/s per core (rows / process CPU s): {rows / r['cpu']:,.0f}")
-    print(f"LoaderService end to end (goodput ingest --until-caught-up, incl. group join and the final lag check): "
-          f"{s['rows']:,} rows, {s['rows'] / s['wall']:,.0f} rows/s wall, {s['rows'] / s['cpu']:,.0f} rows/CPU-s")
+    print(
+        f"LoaderService end to end (goodput ingest --until-caught-up, incl. group join and the final lag check): "
+        f"{s['rows']:,} rows, {s['rows'] / s['wall']:,.0f} rows/s wall, {s['rows'] / s['cpu']:,.0f} rows/CPU-s"
+    )
 
     limits = limits_from_config(scaled)
     baseline = load_baseline(args.baseline)
@@ -276,9 +321,11 @@ def main() -> None:
 
     print(f"\ndecode/validate alone, same {len(records):,} records, best of 3 (CPU s):")
     print(f"{'validator':44} {'CPU s':>7} {'rows/s':>12} {'vs before':>9}")
-    for name, sec, n in [(f"before ({args.baseline}), cycle collector on", before, n0),
-                         ("after: strict types, take() for per-row ids", after, n1),
-                         ("after + cycle collector paused (the loader)", paused, n2)]:
+    for name, sec, n in [
+        (f"before ({args.baseline}), cycle collector on", before, n0),
+        ("after: strict types, take() for per-row ids", after, n1),
+        ("after + cycle collector paused (the loader)", paused, n2),
+    ]:
         print(f"{name:44} {sec:7.2f} {n / sec:12,.0f} {before / sec:8.2f}x")
 
 

@@ -52,12 +52,21 @@ def parse_diskstats(text: str) -> tuple[list[DiskStat], list[str]]:
             bad.append(f"{line.strip()!r}: expected 11, 15 or 17 numeric fields after the name")
             continue
         n = [int(p) for p in parts[3:]]
-        disks.append(DiskStat(
-            name=parts[2], reads=n[0], read_sectors=n[2], read_ms=n[3], writes=n[4], write_sectors=n[6],
-            write_ms=n[7], in_flight=n[8], io_ms=n[9],
-            discards=n[11] if len(n) >= 15 else None,
-            flushes=n[15] if len(n) >= 17 else None,
-        ))
+        disks.append(
+            DiskStat(
+                name=parts[2],
+                reads=n[0],
+                read_sectors=n[2],
+                read_ms=n[3],
+                writes=n[4],
+                write_sectors=n[6],
+                write_ms=n[7],
+                in_flight=n[8],
+                io_ms=n[9],
+                discards=n[11] if len(n) >= 15 else None,
+                flushes=n[15] if len(n) >= 17 else None,
+            )
+        )
     return disks, bad
 
 

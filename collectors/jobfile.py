@@ -53,7 +53,7 @@ class JobFileCollector:
             if reason is None:
                 rows.append(row)
             else:
-                self.rejected.append({"line": self.line_no, "text": raw[:200].decode(errors="replace"),
-                                      "reason": reason})
+                self.rejected.append(
+                    {"line": self.line_no, "text": raw[:200].decode(errors="replace"), "reason": reason}
+                )
         return rows
-

@@ -96,8 +96,13 @@ def _job_id(meta: Mapping[str, Any]) -> str:
 
 def _common(obj: Mapping[str, Any], source: str) -> dict[str, Any]:
     meta = obj.get("metadata", {})
-    return {"job_id": _job_id(meta), "uid": meta.get("uid") or _job_id(meta), "source": source,
-            "created_ms": _ts_ms(meta.get("creationTimestamp")), "account": meta.get("namespace")}
+    return {
+        "job_id": _job_id(meta),
+        "uid": meta.get("uid") or _job_id(meta),
+        "source": source,
+        "created_ms": _ts_ms(meta.get("creationTimestamp")),
+        "account": meta.get("namespace"),
+    }
 
 
 def parse_podgroup(obj: Mapping[str, Any]) -> GangState:
@@ -115,9 +120,13 @@ def parse_podgroup(obj: Mapping[str, Any]) -> GangState:
         state = "running" if status.get("running", 0) >= min_member else "admitted"
     else:
         state = {"Inqueue": "admitted"}.get(phase, "pending")
-    return GangState(**_common(obj, "volcano"), state=state, setback=setback,
-                     queue=spec.get("queue"),
-                     gpus_requested=_int((spec.get("minResources") or {}).get(GPU_RESOURCE)))
+    return GangState(
+        **_common(obj, "volcano"),
+        state=state,
+        setback=setback,
+        queue=spec.get("queue"),
+        gpus_requested=_int((spec.get("minResources") or {}).get(GPU_RESOURCE)),
+    )
 
 
 def _workload_gpus(spec: Mapping[str, Any]) -> int | None:
@@ -126,7 +135,9 @@ def _workload_gpus(spec: Mapping[str, Any]) -> int | None:
         containers = ps.get("template", {}).get("spec", {}).get("containers", [])
         for c in containers:
             res = c.get("resources", {})
-            n = _int((res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE))
+            n = _int(
+                (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE)
+            )
             if n is not None:
                 total, seen = total + n * ps.get("count", 1), True
     return total if seen else None
@@ -164,11 +175,17 @@ def parse_workload(obj: Mapping[str, Any]) -> GangState:
     else:
         state = "pending"
     priority = _int(spec.get("priority"))
-    return GangState(**_common(obj, "kueue"), state=state, setback=setback, state_ms=state_ms,
-                     admitted_ms=since("Admitted") if admitted else None,
-                     running_ms=since("PodsReady") if state == "running" else None,
-                     queue=spec.get("queueName"), priority=priority if priority is not None and priority >= 0 else None,
-                     gpus_requested=_workload_gpus(spec))
+    return GangState(
+        **_common(obj, "kueue"),
+        state=state,
+        setback=setback,
+        state_ms=state_ms,
+        admitted_ms=since("Admitted") if admitted else None,
+        running_ms=since("PodsReady") if state == "running" else None,
+        queue=spec.get("queueName"),
+        priority=priority if priority is not None and priority >= 0 else None,
+        gpus_requested=_workload_gpus(spec),
+    )
 
 
 @dataclass
@@ -202,7 +219,8 @@ def kubernetes_lister() -> ListObjects:
     except ImportError as e:
         raise CollectorUnavailable(
             "the Kubernetes job collector needs the 'kubernetes' package (pip install kubernetes), "
-            "or pass list_objects") from e
+            "or pass list_objects"
+        ) from e
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -214,8 +232,11 @@ def kubernetes_lister() -> ListObjects:
             return api.list_cluster_custom_object(group, version, plural)["items"]
         except client.exceptions.ApiException as e:
             if e.status == 404:
-                raise CollectorUnavailable(f"{plural}.{group}/{version} is not served (CRD not installed)") from e
+                raise CollectorUnavailable(
+                    f"{plural}.{group}/{version} is not served (CRD not installed)"
+                ) from e
             raise
+
     return list_objects
 
 
@@ -301,12 +322,18 @@ class KubeJobCollector:
         climb(RUNG[prev], RUNG[cur.state])
         return out
 
-    def _emit(self, mem: _Memory, s: GangState, events: list[tuple[str, int | None, str | None]],
-              now_ms: int) -> list[Row]:
+    def _emit(
+        self, mem: _Memory, s: GangState, events: list[tuple[str, int | None, str | None]], now_ms: int
+    ) -> list[Row]:
         rows = []
         for event, ts, reason in events:
-            row: Row = {"ts_ms": ts if ts is not None else now_ms, "job_id": s.job_id, "event": event,
-                        "attempt": mem.attempt, "source": s.source}
+            row: Row = {
+                "ts_ms": ts if ts is not None else now_ms,
+                "job_id": s.job_id,
+                "event": event,
+                "attempt": mem.attempt,
+                "source": s.source,
+            }
             for k in ("account", "queue", "priority", "gpus_requested"):
                 if getattr(s, k) is not None:
                     row[k] = getattr(s, k)

@@ -47,8 +47,10 @@ class LustreStats:
 
 def parse_stats(text: str) -> dict[str, StatLine]:
     """Name -> (count, unit, sum) for every sampled line of one stats file."""
-    return {name: StatLine(int(count), unit, int(total))
-            for name, count, unit, _mn, _mx, total in _LINE.findall(text)}
+    return {
+        name: StatLine(int(count), unit, int(total))
+        for name, count, unit, _mn, _mx, total in _LINE.findall(text)
+    }
 
 
 def device_name(instance: str) -> str:
@@ -71,7 +73,8 @@ class LustreCollector:
         present = [r for r in self.roots if (r / "llite").is_dir() or (r / "osc").is_dir()]
         if not present:
             raise CollectorUnavailable(
-                f"no llite/ or osc/ under {', '.join(map(str, self.roots))}: no Lustre client on this node")
+                f"no llite/ or osc/ under {', '.join(map(str, self.roots))}: no Lustre client on this node"
+            )
         out: dict[tuple[str, str], LustreStats] = {}
         for root in present:
             for layer in ("llite", "osc"):

@@ -142,21 +142,29 @@ class NvmlCollector:
             try:
                 import pynvml as nvml
             except ImportError as e:
-                raise CollectorUnavailable("python package nvidia-ml-py (module pynvml) is not installed") from e
+                raise CollectorUnavailable(
+                    "python package nvidia-ml-py (module pynvml) is not installed"
+                ) from e
         self.nvml = nvml
         self.proc_root = Path(proc_root)
         self.counters = Counters()
         self.skipped: list[str] = []
         self._jobs: dict[int, str | None] = {}
-        self._absent = {nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_NO_PERMISSION, nvml.NVML_ERROR_NOT_FOUND,
-                        nvml.NVML_ERROR_NO_DATA, nvml.NVML_ERROR_FUNCTION_NOT_FOUND}
+        self._absent = {
+            nvml.NVML_ERROR_NOT_SUPPORTED,
+            nvml.NVML_ERROR_NO_PERMISSION,
+            nvml.NVML_ERROR_NOT_FOUND,
+            nvml.NVML_ERROR_NO_DATA,
+            nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        }
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as e:
             if e.value in (nvml.NVML_ERROR_LIBRARY_NOT_FOUND, nvml.NVML_ERROR_DRIVER_NOT_LOADED):
                 raise CollectorUnavailable(
                     f"nvmlInit failed: {e} — no NVIDIA driver on this node (libnvidia-ml.so.1 missing or "
-                    f"driver not loaded); the GPU collector is off") from e
+                    f"driver not loaded); the GPU collector is off"
+                ) from e
             raise CollectorError(f"nvmlInit failed: {e}; check the NVIDIA driver (nvidia-smi)") from e
         try:
             count = nvml.nvmlDeviceGetCount()
@@ -211,7 +219,9 @@ class NvmlCollector:
             if active:
                 dev.nvlinks.append(link)
         if self._events is not None:
-            self._call(dev, "nvmlDeviceRegisterEvents", dev.handle, nv.nvmlEventTypeXidCriticalError, self._events)
+            self._call(
+                dev, "nvmlDeviceRegisterEvents", dev.handle, nv.nvmlEventTypeXidCriticalError, self._events
+            )
         support = self._call(dev, "nvmlGpmQueryDeviceSupport", dev.handle)
         if support is not None and support.isSupportedDevice:
             dev.gpm = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
@@ -276,9 +286,12 @@ class NvmlCollector:
         s.sm_clock_mhz = get("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)
         s.mem_clock_mhz = get("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM)
         s.throttle_reasons = get("nvmlDeviceGetCurrentClocksEventReasons")
-        s.ecc_corrected = get("nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC)
-        s.ecc_uncorrected = get("nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                nv.NVML_VOLATILE_ECC)
+        s.ecc_corrected = get(
+            "nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC
+        )
+        s.ecc_uncorrected = get(
+            "nvmlDeviceGetTotalEccErrors", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+        )
         rows = get("nvmlDeviceGetRemappedRows")
         if rows is not None:
             s.remapped_rows = rows[0] + rows[1]  # (correctable, uncorrectable, pending, failure)
@@ -304,7 +317,11 @@ class NvmlCollector:
             try:
                 if dev.handle is None:
                     self._attach(dev)
-                s = self.read_device(dev) if dev.handle is not None else GpuSample(dev.index, dev.uuid, lost=True)
+                s = (
+                    self.read_device(dev)
+                    if dev.handle is not None
+                    else GpuSample(dev.index, dev.uuid, lost=True)
+                )
             except _Lost:
                 s = GpuSample(dev.index, dev.uuid, lost=True)
                 self.counters.forget(f"gpu{dev.index}")
@@ -341,7 +358,12 @@ class NvmlCollector:
         return None
 
     def _row(self, s: GpuSample, now_ms: int) -> Row:
-        row: Row = {"ts_ms": now_ms, "gpu": s.index, "uuid": s.uuid or f"unknown-gpu-{s.index}", "lost": s.lost}
+        row: Row = {
+            "ts_ms": now_ms,
+            "gpu": s.index,
+            "uuid": s.uuid or f"unknown-gpu-{s.index}",
+            "lost": s.lost,
+        }
         if s.xid is not None:
             row["xid"] = s.xid
         if s.lost:
@@ -351,7 +373,9 @@ class NvmlCollector:
         for (fid, scope), value in sorted(s.nvlink.items()):
             which = {FI_NVLINK_TX: "tx", FI_NVLINK_RX: "rx"}.get(fid, "err")
             scale = NVLINK_KIB if which != "err" else 1.0
-            nvlink_rates[which].append(self.counters.rate(src, f"fi{fid}.{scope}", value, now_ms, scale=scale))
+            nvlink_rates[which].append(
+                self.counters.rate(src, f"fi{fid}.{scope}", value, now_ms, scale=scale)
+            )
         values: dict[str, Any] = {
             "model": s.model,
             "pci_bus_id": s.pci_bus_id,

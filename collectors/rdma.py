@@ -173,7 +173,9 @@ class RdmaCollector:
         for dev in devices:
             ports_dir = dev / "ports"
             try:
-                ports = sorted((p for p in ports_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+                ports = sorted(
+                    (p for p in ports_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+                )
             except OSError as e:
                 self.skipped.append(f"{ports_dir}: {e.strerror or e}")
                 continue
@@ -196,8 +198,15 @@ class RdmaCollector:
                 value = s.counters.get(spec.file)
                 if value is None:
                     continue
-                r = self.counters.rate(source, spec.file, value, now_ms, width=spec.width,
-                                       saturating=spec.saturating, scale=spec.scale)
+                r = self.counters.rate(
+                    source,
+                    spec.file,
+                    value,
+                    now_ms,
+                    width=spec.width,
+                    saturating=spec.saturating,
+                    scale=spec.scale,
+                )
                 if r is not None:
                     row[spec.field] = r
             if s.link_layer == "Ethernet" and s.device in self.pfc_netdevs:
@@ -214,8 +223,12 @@ class RdmaCollector:
             return {}
         out: Row = {}
         for field, key in (("pfc_pause_rx_per_s", "pause"), ("pfc_pause_us_per_s", "duration")):
-            rate = sum_rates([self.counters.rate(source, f"pfc_{key}_{prio}", v, now_ms)
-                              for prio, v in sorted(pfc[key].items())])
+            rate = sum_rates(
+                [
+                    self.counters.rate(source, f"pfc_{key}_{prio}", v, now_ms)
+                    for prio, v in sorted(pfc[key].items())
+                ]
+            )
             if rate is not None:
                 out[field] = rate
         return out

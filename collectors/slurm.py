@@ -28,8 +28,8 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from contracts import hostlist
 from collectors.base import CollectorError, CollectorUnavailable, Row
+from contracts import hostlist
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +73,25 @@ class SubprocessRunner:
     def __call__(self, argv: Sequence[str]) -> str:
         cmd = " ".join(argv)
         try:
-            p = subprocess.run(list(argv), capture_output=True, text=True, timeout=self.timeout_s, env=self.env)
+            p = subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=self.timeout_s, env=self.env
+            )
         except FileNotFoundError as e:
-            raise CollectorUnavailable(f"{argv[0]} not found on PATH: install Slurm's client commands "
-                                       f"(Debian: slurm-client) on the node that runs the job collector") from e
+            raise CollectorUnavailable(
+                f"{argv[0]} not found on PATH: install Slurm's client commands "
+                f"(Debian: slurm-client) on the node that runs the job collector"
+            ) from e
         except subprocess.TimeoutExpired as e:
-            raise CollectorError(f"{cmd} did not answer within {self.timeout_s:.0f} s "
-                                 "(slurmctld overloaded or unreachable?)") from e
+            raise CollectorError(
+                f"{cmd} did not answer within {self.timeout_s:.0f} s (slurmctld overloaded or unreachable?)"
+            ) from e
         if p.returncode != 0:
             raise CollectorError(f"{cmd} exited {p.returncode}: {p.stderr.strip()[:500]}")
         return p.stdout
 
 
 # ---------------------------------------------------------------- parsing: JSON -> SlurmJob
+
 
 def _number(value: Any) -> int | None:
     """A Slurm number in either shape; None when unset or infinite."""
@@ -135,7 +141,7 @@ def gpu_count(spec: str | None) -> int | None:
         item = item.strip()
         for prefix in ("gres:", "gres/"):
             if item.startswith(prefix):
-                item = item[len(prefix):]
+                item = item[len(prefix) :]
                 break
         else:
             continue
@@ -223,13 +229,22 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
     indices = {n: idx for n, d in zip(nodes, details) if (idx := gpu_indices(d)) is not None}
     rc, sig = _exit(raw.get("exit_code"))
     return SlurmJob(
-        job_id=job_id, state=state, flags=flags,
+        job_id=job_id,
+        state=state,
+        flags=flags,
         restart_cnt=_number(raw.get("restart_cnt")) or 0,
-        submit_ms=_time_ms(raw.get("submit_time")), start_ms=_time_ms(raw.get("start_time")),
-        end_ms=_time_ms(raw.get("end_time")), nodes=nodes, gpu_indices=indices,
-        account=raw.get("account") or None, user=raw.get("user_name") or None,
-        partition=raw.get("partition") or None, priority=_number(raw.get("priority")),
-        gpus_requested=_requested_gpus(raw, len(nodes)), return_code=rc, signal=sig,
+        submit_ms=_time_ms(raw.get("submit_time")),
+        start_ms=_time_ms(raw.get("start_time")),
+        end_ms=_time_ms(raw.get("end_time")),
+        nodes=nodes,
+        gpu_indices=indices,
+        account=raw.get("account") or None,
+        user=raw.get("user_name") or None,
+        partition=raw.get("partition") or None,
+        priority=_number(raw.get("priority")),
+        gpus_requested=_requested_gpus(raw, len(nodes)),
+        return_code=rc,
+        signal=sig,
     )
 
 
@@ -254,6 +269,7 @@ def parse_squeue(text: str) -> list[SlurmJob]:
 
 
 # ---------------------------------------------------------------- state tracking: SlurmJob -> rows
+
 
 @dataclasses.dataclass
 class _Track:
@@ -285,8 +301,11 @@ class SlurmCollector:
             rows.extend(self._update(job, now_ms))
         for gone in set(self._jobs) - seen:
             if not self._jobs[gone].ended:
-                log.info("slurm job %s left squeue before its end was seen (agent down longer than "
-                         "MinJobAge?); no terminal event for it", gone)
+                log.info(
+                    "slurm job %s left squeue before its end was seen (agent down longer than "
+                    "MinJobAge?); no terminal event for it",
+                    gone,
+                )
             del self._jobs[gone]
         return rows
 
@@ -294,9 +313,19 @@ class SlurmCollector:
         rows: list[Row] = []
 
         def emit(event: str, ts: int | None, attempt: int, **extra: Any) -> None:
-            row = {"ts_ms": ts or now_ms, "job_id": job.job_id, "event": event, "attempt": attempt,
-                   "account": job.account, "user": job.user, "queue": job.partition,
-                   "priority": job.priority, "gpus_requested": job.gpus_requested, "source": "slurm", **extra}
+            row = {
+                "ts_ms": ts or now_ms,
+                "job_id": job.job_id,
+                "event": event,
+                "attempt": attempt,
+                "account": job.account,
+                "user": job.user,
+                "queue": job.partition,
+                "priority": job.priority,
+                "gpus_requested": job.gpus_requested,
+                "source": "slurm",
+                **extra,
+            }
             rows.append({k: v for k, v in row.items() if v is not None})
 
         track = self._jobs.get(job.job_id)
@@ -321,8 +350,11 @@ class SlurmCollector:
         if requeueing or track.ended or job.state is None:
             return rows
 
-        ran = job.state == "RUNNING" or job.state == "SUSPENDED" or (
-            job.state in TERMINAL and job.state not in NEVER_STARTED)
+        ran = (
+            job.state == "RUNNING"
+            or job.state == "SUSPENDED"
+            or (job.state in TERMINAL and job.state not in NEVER_STARTED)
+        )
         if job.nodes and ran and not track.allocated:
             for node in job.nodes:
                 idx = job.gpu_indices.get(node)

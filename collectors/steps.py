@@ -72,7 +72,9 @@ class StepReporter:
         self._phases: dict[str, float] | None = None
         self._sock: socket.socket | None = None
         try:
-            host, port = addr or (parse_addr(os.environ[ADDR_ENV]) if ADDR_ENV in os.environ else DEFAULT_ADDR)
+            host, port = addr or (
+                parse_addr(os.environ[ADDR_ENV]) if ADDR_ENV in os.environ else DEFAULT_ADDR
+            )
             # resolve once here: a name in sendto would mean a (blocking) DNS lookup on every step
             self.addr = (socket.gethostbyname(host), port)
             self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -110,8 +112,13 @@ class StepReporter:
         if self._sock is None:
             return
         try:
-            row: dict[str, Any] = {"ts_ms": int(self.wall() * 1000), "job_id": self.job_id, "rank": self.rank,
-                                   "step": int(step), "duration_ms": round(duration_ms, 3)}
+            row: dict[str, Any] = {
+                "ts_ms": int(self.wall() * 1000),
+                "job_id": self.job_id,
+                "rank": self.rank,
+                "step": int(step),
+                "duration_ms": round(duration_ms, 3),
+            }
             if self.attempt is not None:
                 row["attempt"] = int(self.attempt)
             if self.gpu is not None:
@@ -144,7 +151,9 @@ class StepReceiver:
             self.sock.bind(bind_addr)
         except OSError as e:
             self.sock.close()
-            raise CollectorError(f"cannot bind the step receiver to {bind_addr[0]}:{bind_addr[1]}: {e}") from e
+            raise CollectorError(
+                f"cannot bind the step receiver to {bind_addr[0]}:{bind_addr[1]}: {e}"
+            ) from e
         self.sock.setblocking(False)
         self.addr: tuple[str, int] = self.sock.getsockname()
         self.rejected: list[dict[str, str]] = []
@@ -173,4 +182,3 @@ class StepReceiver:
 
     def close(self) -> None:
         self.sock.close()
-

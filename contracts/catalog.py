@@ -26,7 +26,14 @@ TEAM_DAY = "team_day"
 SCHEDULING_DELAY = "scheduling_delay"
 
 CATEGORIES = (
-    "productive", "data_stall", "comm_stall", "gang_wait", "retry_waste", "startup", "checkpoint", "idle",
+    "productive",
+    "data_stall",
+    "comm_stall",
+    "gang_wait",
+    "retry_waste",
+    "startup",
+    "checkpoint",
+    "idle",
 )
 """The goodput categories (docs/goodput-model.md). Stable: reports, dashboards and alerts key on them."""
 
@@ -35,25 +42,39 @@ WASTE_CATEGORIES = tuple(c for c in CATEGORIES if c != "productive")
 
 def agent_metrics() -> dict[str, tuple[str, str]]:
     """Prometheus series the agent exports from sample fields: name -> (type, help)."""
-    return {
-        f.metric: (f.metric_type, f.help)
-        for kind in KINDS.values()
-        for f in kind.fields
-        if f.metric
-    }
+    return {f.metric: (f.metric_type, f.help) for kind in KINDS.values() for f in kind.fields if f.metric}
 
 
 AGENT_SELF_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "goodput_collector_success": ("gauge", "1 if the collector's last run succeeded, else 0.", ("collector",)),
+    "goodput_collector_success": (
+        "gauge",
+        "1 if the collector's last run succeeded, else 0.",
+        ("collector",),
+    ),
     "goodput_collector_duration_seconds": ("gauge", "Time the collector's last run took.", ("collector",)),
     "goodput_collector_rows": ("gauge", "Rows the collector's last run returned.", ("collector",)),
-    "goodput_agent_batches_sent_total": ("counter", "Batches Kafka acknowledged (direct or replayed).", ("kind",)),
-    "goodput_agent_send_errors_total": ("counter", "Batches the agent failed to hand to Kafka (then spooled).",
-                                        ("kind",)),
+    "goodput_agent_batches_sent_total": (
+        "counter",
+        "Batches Kafka acknowledged (direct or replayed).",
+        ("kind",),
+    ),
+    "goodput_agent_send_errors_total": (
+        "counter",
+        "Batches the agent failed to hand to Kafka (then spooled).",
+        ("kind",),
+    ),
     "goodput_agent_spool_bytes": ("gauge", "Bytes the on-disk spool takes.", ()),
     "goodput_agent_spool_batches": ("gauge", "Batches waiting in the on-disk spool.", ()),
-    "goodput_agent_spool_dropped_batches_total": ("counter", "Batches dropped because the spool was full.", ()),
-    "goodput_agent_spool_replayed_batches_total": ("counter", "Spooled batches Kafka later acknowledged.", ()),
+    "goodput_agent_spool_dropped_batches_total": (
+        "counter",
+        "Batches dropped because the spool was full.",
+        (),
+    ),
+    "goodput_agent_spool_replayed_batches_total": (
+        "counter",
+        "Spooled batches Kafka later acknowledged.",
+        (),
+    ),
     "goodput_agent_last_send_timestamp_seconds": ("gauge", "When Kafka last acknowledged a batch.", ()),
     "goodput_agent_step_events_rejected_total": ("counter", "Step datagrams that failed validation.", ()),
 }
@@ -62,27 +83,52 @@ exposed (prometheus_client appends the suffix itself, so the agent strips it whe
 
 
 LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "goodput_loader_consumer_lag_records": ("gauge", "Records after the group's committed offset, per partition "
-                                            "this loader owns.", ("topic", "partition")),
-    "goodput_loader_assigned_partitions": ("gauge", "Partitions of the topic this loader owns in its group.",
-                                           ("topic",)),
+    "goodput_loader_consumer_lag_records": (
+        "gauge",
+        "Records after the group's committed offset, per partition this loader owns.",
+        ("topic", "partition"),
+    ),
+    "goodput_loader_assigned_partitions": (
+        "gauge",
+        "Partitions of the topic this loader owns in its group.",
+        ("topic",),
+    ),
     "goodput_loader_records_consumed_total": ("counter", "Kafka records handed to the loader.", ("topic",)),
-    "goodput_loader_rows_loaded_total": ("counter", "Rows stored in the raw tables; rate() is rows/s.", ("kind",)),
+    "goodput_loader_rows_loaded_total": (
+        "counter",
+        "Rows stored in the raw tables; rate() is rows/s.",
+        ("kind",),
+    ),
     "goodput_loader_batches_loaded_total": ("counter", "Agent batches (envelopes) stored.", ("kind",)),
     "goodput_loader_dead_letters_total": ("counter", "Records written to dead_letters.", ("reason",)),
-    "goodput_loader_redelivered_records_total": ("counter", "Records Kafka delivered again after they were stored "
-                                                 "(restart, rebalance); skipped.", ()),
+    "goodput_loader_redelivered_records_total": (
+        "counter",
+        "Records Kafka delivered again after they were stored (restart, rebalance); skipped.",
+        (),
+    ),
     "goodput_loader_batches_committed_total": ("counter", "Loads whose offsets were committed to Kafka.", ()),
-    "goodput_loader_commit_failures_total": ("counter", "Offset commits Kafka refused; those records come again.",
-                                             ()),
+    "goodput_loader_commit_failures_total": (
+        "counter",
+        "Offset commits Kafka refused; those records come again.",
+        (),
+    ),
     "goodput_loader_last_commit_timestamp_seconds": ("gauge", "When offsets were last committed.", ()),
-    "goodput_loader_store_errors_total": ("counter", "Store failures (retried; nothing committed meanwhile).",
-                                          ("operation",)),
+    "goodput_loader_store_errors_total": (
+        "counter",
+        "Store failures (retried; nothing committed meanwhile).",
+        ("operation",),
+    ),
     "goodput_loader_transport_errors_total": ("counter", "Kafka failures (retried).", ("operation",)),
-    "goodput_loader_load_duration_seconds": ("histogram", "Time one load took, by phase: decode (parse, dedup, "
-                                             "validate) and insert (store).", ("phase",)),
-    "goodput_loader_analyzer_last_success_timestamp_seconds": ("gauge", "When the embedded analyzers last "
-                                                               "finished.", ()),
+    "goodput_loader_load_duration_seconds": (
+        "histogram",
+        "Time one load took, by phase: decode (parse, dedup, validate) and insert (store).",
+        ("phase",),
+    ),
+    "goodput_loader_analyzer_last_success_timestamp_seconds": (
+        "gauge",
+        "When the embedded analyzers last finished.",
+        (),
+    ),
 }
 """The loader service's own health (pipeline/loader_service.py): name -> (type, help, label names), as
 exposed; dashboards and alerts read these names from here. Counters end in `_total` as exposed."""

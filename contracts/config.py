@@ -89,10 +89,12 @@ class StoreConfig:
 
 
 def parse_address(text: str, where: str) -> tuple[str, int]:
-    """"host:port", "[v6]:port" or ":port" (every interface) -> (host, port); `where` names the key."""
+    """ "host:port", "[v6]:port" or ":port" (every interface) -> (host, port); `where` names the key."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{where}: expected host:port, got {text!r} (e.g. \"127.0.0.1:9479\"; \"\" turns it off)")
+        raise ConfigError(
+            f'{where}: expected host:port, got {text!r} (e.g. "127.0.0.1:9479"; "" turns it off)'
+        )
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -136,14 +138,20 @@ class LoaderConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"[loader].{name}: must be > 0 seconds, got {getattr(self, name)}")
         if not 0 < self.max_past_days <= self.MAX_PAST_DAYS:
-            raise ConfigError(f"[loader].max_past_days: {self.max_past_days} is not in (0, {self.MAX_PAST_DAYS}]: "
-                              f"raw tables keep {self.MAX_PAST_DAYS} days, and one insert may touch at most 100 "
-                              f"day partitions")
+            raise ConfigError(
+                f"[loader].max_past_days: {self.max_past_days} is not in (0, {self.MAX_PAST_DAYS}]: "
+                f"raw tables keep {self.MAX_PAST_DAYS} days, and one insert may touch at most 100 "
+                f"day partitions"
+            )
         if self.retry_backoff_max_s < self.retry_backoff_s:
-            raise ConfigError(f"[loader].retry_backoff_max_s ({self.retry_backoff_max_s}) is below "
-                              f"retry_backoff_s ({self.retry_backoff_s})")
+            raise ConfigError(
+                f"[loader].retry_backoff_max_s ({self.retry_backoff_max_s}) is below "
+                f"retry_backoff_s ({self.retry_backoff_s})"
+            )
         if self.analyze_every_s < 0:
-            raise ConfigError(f"[loader].analyze_every_s: must be >= 0 (0 turns it off), got {self.analyze_every_s}")
+            raise ConfigError(
+                f"[loader].analyze_every_s: must be >= 0 (0 turns it off), got {self.analyze_every_s}"
+            )
         self.metrics_endpoint  # noqa: B018 -- validates metrics_address now, not when the service starts
 
     @property
@@ -178,8 +186,11 @@ class Config:
         return set(self.node_pool()) | set(self.control_nodes)
 
     def price(self, pool: Pool) -> float:
-        return pool.price_per_gpu_hour if pool.price_per_gpu_hour is not None else (
-            self.gpu_types[pool.gpu_type].price_per_gpu_hour)
+        return (
+            pool.price_per_gpu_hour
+            if pool.price_per_gpu_hour is not None
+            else (self.gpu_types[pool.gpu_type].price_per_gpu_hour)
+        )
 
     def team_of(self, account: str | None) -> str:
         for team, accounts in self.teams.items():
@@ -215,20 +226,28 @@ def _dataclass_from(cls: type, table: dict, where: str) -> Any:
 def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     version = data.get("schema_version", CONFIG_VERSION)
     if version != CONFIG_VERSION:
-        raise ConfigError(f"{source}: schema_version {version} is not supported (this goodput reads "
-                          f"{CONFIG_VERSION}); see docs/config.md for the changes")
+        raise ConfigError(
+            f"{source}: schema_version {version} is not supported (this goodput reads "
+            f"{CONFIG_VERSION}); see docs/config.md for the changes"
+        )
     cluster = data.get("cluster", {})
     gpu_types = {
-        name: GpuType(name, _take(t, "price_per_gpu_hour", f"gpu_types.{name}", float),
-                      _take(t, "memory_bytes", f"gpu_types.{name}", int, 80 * 2**30),
-                      _take(t, "has_gpm", f"gpu_types.{name}", bool, True))
+        name: GpuType(
+            name,
+            _take(t, "price_per_gpu_hour", f"gpu_types.{name}", float),
+            _take(t, "memory_bytes", f"gpu_types.{name}", int, 80 * 2**30),
+            _take(t, "has_gpm", f"gpu_types.{name}", bool, True),
+        )
         for name, t in data.get("gpu_types", {}).items()
     }
     tiers = {
-        name: NetworkTier(name, _take(t, "link_gbps", f"network_tiers.{name}", float, 400.0),
-                          _take(t, "links_per_node", f"network_tiers.{name}", int, 8),
-                          _take(t, "oversubscription", f"network_tiers.{name}", float, 1.0),
-                          _take(t, "link_layer", f"network_tiers.{name}", str, "InfiniBand"))
+        name: NetworkTier(
+            name,
+            _take(t, "link_gbps", f"network_tiers.{name}", float, 400.0),
+            _take(t, "links_per_node", f"network_tiers.{name}", int, 8),
+            _take(t, "oversubscription", f"network_tiers.{name}", float, 1.0),
+            _take(t, "link_layer", f"network_tiers.{name}", str, "InfiniBand"),
+        )
         for name, t in data.get("network_tiers", {}).items()
     }
     pools = []
@@ -251,9 +270,18 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
                 raise ConfigError(f"{where}: node {n!r} is already in pool {seen_nodes[n]!r}")
             seen_nodes[n] = name
         price = p.get("price_per_gpu_hour")
-        pools.append(Pool(name, klass, gtype, _take(p, "gpus_per_node", where, int, 8), nodes, tier,
-                          _take(p, "storage_ceiling_bytes_per_s", where, float),
-                          float(price) if price is not None else None))
+        pools.append(
+            Pool(
+                name,
+                klass,
+                gtype,
+                _take(p, "gpus_per_node", where, int, 8),
+                nodes,
+                tier,
+                _take(p, "storage_ceiling_bytes_per_s", where, float),
+                float(price) if price is not None else None,
+            )
+        )
     teams_table = dict(data.get("teams", {}))
     default_team = teams_table.pop("default_team", "unassigned")
     teams = {team: tuple(accts) for team, accts in teams_table.items()}
@@ -274,11 +302,16 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
         teams=teams,
         default_team=default_team,
         analyzer=_dataclass_from(AnalyzerConfig, data.get("analyzer", {}), "analyzer"),
-        transport=TransportConfig(_take(transport, "kind", "transport", str, "inprocess"),
-                                  _take(transport, "topic_prefix", "transport", str, "goodput"), kafka),
-        store=StoreConfig(_take(store, "kind", "store", str, "chdb"),
-                          env_store or _take(store, "path", "store", str, "./goodput-data"),
-                          dict(store.get("server", {}))),
+        transport=TransportConfig(
+            _take(transport, "kind", "transport", str, "inprocess"),
+            _take(transport, "topic_prefix", "transport", str, "goodput"),
+            kafka,
+        ),
+        store=StoreConfig(
+            _take(store, "kind", "store", str, "chdb"),
+            env_store or _take(store, "path", "store", str, "./goodput-data"),
+            dict(store.get("server", {})),
+        ),
         loader=_dataclass_from(LoaderConfig, data.get("loader", {}), "loader"),
         simulation=dict(data.get("simulation", {})),
         source=source,

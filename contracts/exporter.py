@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 _TYPES = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
 
 
-def declare(spec: dict[str, tuple[str, str, tuple[str, ...]]],
-            registry: CollectorRegistry) -> dict[str, Counter | Gauge | Histogram]:
+def declare(
+    spec: dict[str, tuple[str, str, tuple[str, ...]]], registry: CollectorRegistry
+) -> dict[str, Counter | Gauge | Histogram]:
     """One metric object per catalog entry, keyed by the exposed name."""
     out = {}
     for name, (mtype, help_text, labels) in spec.items():

@@ -8,8 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from pipeline import cli as pipeline_cli
 from contracts.config import ConfigError
+from pipeline import cli as pipeline_cli
 from pipeline.store import StoreError
 
 
@@ -24,9 +24,9 @@ def cmd_simulate(args) -> int:
     """Writes the simulated cluster's messages as JSON lines, for `goodput ingest --from` and other tools."""
     import time
 
+    from contracts import config as config_mod
     from goodput.sim.cluster import SimConfig, scaled_config, simulate
     from goodput.sim.emit import messages
-    from contracts import config as config_mod
 
     cfg = scaled_config(config_mod.load(args.config), args.gpus)
     start_ms = (int(time.time()) // 60) * 60_000 - int(args.hours * 3_600_000)
@@ -59,25 +59,36 @@ def cmd_agent(args) -> int:
         acfg = dataclasses.replace(acfg, state_dir=args.state_dir)
     logs.setup(acfg.log_format, logging.DEBUG if args.verbose else logging.INFO)
     if cfg.transport.kind != "kafka":
-        raise ConfigError(f"{cfg.source}: the agent sends to Kafka: set [transport] kind = \"kafka\" and "
-                          f"[transport.kafka] bootstrap (or GOODPUT_KAFKA_BOOTSTRAP)")
+        raise ConfigError(
+            f'{cfg.source}: the agent sends to Kafka: set [transport] kind = "kafka" and '
+            f"[transport.kafka] bootstrap (or GOODPUT_KAFKA_BOOTSTRAP)"
+        )
     known = cfg.known_nodes()
     if known and acfg.node not in known:
-        raise ConfigError(f"{cfg.source}: node {acfg.node!r} is in no pool and not a control node, so the loader "
-                          f"would dead-letter its batches (unknown_node); add it to a pool's nodes, or set the "
-                          f"node name with --node / GOODPUT_NODE / [agent].node")
+        raise ConfigError(
+            f"{cfg.source}: node {acfg.node!r} is in no pool and not a control node, so the loader "
+            f"would dead-letter its batches (unknown_node); add it to a pool's nodes, or set the "
+            f"node name with --node / GOODPUT_NODE / [agent].node"
+        )
     try:
         settings = KafkaSettings.from_config(cfg.transport.kafka)
     except ValueError as e:
         raise ConfigError(f"{cfg.source}: {e}") from None
     try:
         collectors, _unavailable = build_collectors(acfg)
-        agent = Agent(acfg, cluster=cfg.cluster, topic_prefix=cfg.transport.topic_prefix, collectors=collectors,
-                      make_producer=lambda: KafkaProducerTransport(settings, client_id=f"goodput-agent-{acfg.node}"))
+        agent = Agent(
+            acfg,
+            cluster=cfg.cluster,
+            topic_prefix=cfg.transport.topic_prefix,
+            collectors=collectors,
+            make_producer=lambda: KafkaProducerTransport(settings, client_id=f"goodput-agent-{acfg.node}"),
+        )
     except (SourceFailed, AgentStateError) as e:
         logging.getLogger("goodput.agent").error("agent cannot start: %s", e)
         return 2
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to the log
+    faulthandler.register(
+        signal.SIGUSR1, all_threads=True
+    )  # `kill -USR1 <pid>`: every thread's stack to the log
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -114,8 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return args.func(args)
     except (ConfigError, StoreError) as e:

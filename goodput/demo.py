@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from contracts import config as config_mod
 from goodput.sim.cluster import SimConfig, scaled_config, simulate
 from goodput.sim.emit import messages, truth_table
-from contracts import config as config_mod
 from pipeline import ddl
 from pipeline.analyzers import run as analyzers
+from pipeline.chdb_store import ChdbStore
 from pipeline.loader import Loader, limits_from_config
 from pipeline.progress import Progress
-from pipeline.chdb_store import ChdbStore
 from pipeline.store import StoreLocked
 from pipeline.summary import format_team_table, job_table, team_table
 from transport.base import InProcessTransport
@@ -36,25 +36,56 @@ def write_config(cfg: config_mod.Config, path: Path) -> None:
     data = {
         "schema_version": config_mod.CONFIG_VERSION,
         "cluster": {"name": cfg.cluster, "currency": cfg.currency, "control_nodes": list(cfg.control_nodes)},
-        "gpu_types": {g.name: {"price_per_gpu_hour": g.price_per_gpu_hour, "memory_bytes": g.memory_bytes,
-                               "has_gpm": g.has_gpm} for g in cfg.gpu_types.values()},
-        "network_tiers": {t.name: {"link_gbps": t.link_gbps, "links_per_node": t.links_per_node,
-                                   "oversubscription": t.oversubscription, "link_layer": t.link_layer}
-                          for t in cfg.network_tiers.values()},
-        "pools": [{k: v for k, v in {"name": p.name, "class": p.pool_class, "gpu_type": p.gpu_type,
-                                     "gpus_per_node": p.gpus_per_node, "nodes": list(p.nodes),
-                                     "network_tier": p.network_tier,
-                                     "storage_ceiling_bytes_per_s": p.storage_ceiling_bytes_per_s,
-                                     "price_per_gpu_hour": p.price_per_gpu_hour}.items() if v is not None}
-                  for p in cfg.pools],
+        "gpu_types": {
+            g.name: {
+                "price_per_gpu_hour": g.price_per_gpu_hour,
+                "memory_bytes": g.memory_bytes,
+                "has_gpm": g.has_gpm,
+            }
+            for g in cfg.gpu_types.values()
+        },
+        "network_tiers": {
+            t.name: {
+                "link_gbps": t.link_gbps,
+                "links_per_node": t.links_per_node,
+                "oversubscription": t.oversubscription,
+                "link_layer": t.link_layer,
+            }
+            for t in cfg.network_tiers.values()
+        },
+        "pools": [
+            {
+                k: v
+                for k, v in {
+                    "name": p.name,
+                    "class": p.pool_class,
+                    "gpu_type": p.gpu_type,
+                    "gpus_per_node": p.gpus_per_node,
+                    "nodes": list(p.nodes),
+                    "network_tier": p.network_tier,
+                    "storage_ceiling_bytes_per_s": p.storage_ceiling_bytes_per_s,
+                    "price_per_gpu_hour": p.price_per_gpu_hour,
+                }.items()
+                if v is not None
+            }
+            for p in cfg.pools
+        ],
         "teams": {**{t: list(a) for t, a in cfg.teams.items()}, "default_team": cfg.default_team},
         "store": {"kind": "chdb", "path": str(path.parent / "store")},
     }
     path.write_bytes(tomli_w.dumps(data).encode())
 
 
-def run_demo(*, gpus: int, hours: float, seed: int, out: Path, config_path: str | None,
-             sim_overrides: dict | None = None, quiet: bool = False) -> dict:
+def run_demo(
+    *,
+    gpus: int,
+    hours: float,
+    seed: int,
+    out: Path,
+    config_path: str | None,
+    sim_overrides: dict | None = None,
+    quiet: bool = False,
+) -> dict:
     """Runs the whole embedded path; returns paths and timings (tests read them)."""
     base = config_mod.load(config_path)
     cfg = scaled_config(base, gpus)
@@ -74,27 +105,34 @@ def run_demo(*, gpus: int, hours: float, seed: int, out: Path, config_path: str 
     res = simulate(sim_cfg, cfg)
     timings["simulate"] = time.perf_counter() - t
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
-    log(f"simulated {len(cfg.known_nodes()) - len(cfg.control_nodes)} nodes x 8 GPUs for {hours:g} h: "
+    log(
+        f"simulated {len(cfg.known_nodes()) - len(cfg.control_nodes)} nodes x 8 GPUs for {hours:g} h: "
         f"{len(res.jobs)} jobs, {len(res.events)} job events, {len(res.failures)} failures "
-        f"({timings['simulate']:.1f}s)")
+        f"({timings['simulate']:.1f}s)"
+    )
 
     with ChdbStore(store_dir) as store:
         ddl.migrate(store)
         transport = InProcessTransport()
         loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
-        progress = Progress("load", sim_cfg.horizon_s, stream=sys.stderr if not quiet else open("/dev/null", "w"))
+        progress = Progress(
+            "load", sim_cfg.horizon_s, stream=sys.stderr if not quiet else open("/dev/null", "w")
+        )
         t = time.perf_counter()
         sent = 0
-        for topic, key, value in messages(res, progress=lambda done, total: progress.update(done),
-                                          topic_prefix=cfg.transport.topic_prefix):
+        for topic, key, value in messages(
+            res, progress=lambda done, total: progress.update(done), topic_prefix=cfg.transport.topic_prefix
+        ):
             transport.send(topic, key, value)
             sent += 1
             if sent % POLL_RECORDS == 0:
                 _drain(transport, loader)
         _drain(transport, loader)
         totals = loader.totals
-        timings["load"] = progress.done(f"{totals.records} batches, {sum(totals.rows.values()):,} rows, "
-                                        f"{sum(totals.dead_letters.values())} dead letters")
+        timings["load"] = progress.done(
+            f"{totals.records} batches, {sum(totals.rows.values()):,} rows, "
+            f"{sum(totals.dead_letters.values())} dead letters"
+        )
         t = time.perf_counter()
         analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000)
         timings["analyze"] = time.perf_counter() - t
@@ -107,10 +145,20 @@ def run_demo(*, gpus: int, hours: float, seed: int, out: Path, config_path: str 
     write_config(cfg, out / "config.toml")
     if not quiet:
         print(format_team_table(teams, cfg.currency))
-        print(f"\nwrote {out}/: store/ (chDB), team_summary.csv, job_summary.csv, ground_truth.parquet, "
-              f"config.toml — try: goodput summary --config {out}/config.toml --json")
-    return {"out": out, "store": store_dir, "timings": timings, "result": res, "config": cfg,
-            "teams": teams, "jobs": jobs, "loader": totals}
+        print(
+            f"\nwrote {out}/: store/ (chDB), team_summary.csv, job_summary.csv, ground_truth.parquet, "
+            f"config.toml — try: goodput summary --config {out}/config.toml --json"
+        )
+    return {
+        "out": out,
+        "store": store_dir,
+        "timings": timings,
+        "result": res,
+        "config": cfg,
+        "teams": teams,
+        "jobs": jobs,
+        "loader": totals,
+    }
 
 
 def _drain(transport: InProcessTransport, loader: Loader) -> None:

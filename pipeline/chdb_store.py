@@ -42,12 +42,19 @@ class ChdbStore:
                 f"data directory: stop that process, or point this command at its own --store/--out "
                 f"directory. A loader service (`goodput ingest --config FILE`) runs the analyzers itself "
                 f"with --analyze-every SECONDS; for other processes to read while it loads, use a "
-                f"ClickHouse server store ([store] kind = \"server\", docs/loader.md)"
+                f'ClickHouse server store ([store] kind = "server", docs/loader.md)'
             ) from None
         self._lock_file.seek(0)
         self._lock_file.truncate()
-        self._lock_file.write(json.dumps({"pid": os.getpid(), "command": " ".join(sys.argv[:3]),
-                                          "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+        self._lock_file.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "command": " ".join(sys.argv[:3]),
+                    "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            )
+        )
         self._lock_file.flush()
         from chdb import session  # imported late: chdb is heavy and only the store needs it
 

@@ -64,10 +64,14 @@ def cmd_ingest(args) -> int:
                 progress.update(read)
         loader.load(batch)
         t = loader.totals
-        progress.done(f"{t.records} messages, {sum(t.rows.values())} rows, {sum(t.dead_letters.values())} dead letters")
+        progress.done(
+            f"{t.records} messages, {sum(t.rows.values())} rows, {sum(t.dead_letters.values())} dead letters"
+        )
         if t.dead_letters:
-            print("dead letters by reason: " + ", ".join(f"{r}={n}" for r, n in t.dead_letters.most_common()),
-                  file=sys.stderr)
+            print(
+                "dead letters by reason: " + ", ".join(f"{r}={n}" for r, n in t.dead_letters.most_common()),
+                file=sys.stderr,
+            )
         if not args.no_analyze:
             _analyze(store, cfg, None, None)
     return 0
@@ -75,14 +79,18 @@ def cmd_ingest(args) -> int:
 
 def _serve_kafka(args, cfg) -> int:
     """The loader service: Kafka → store until SIGTERM/SIGINT (or, with --until-caught-up, no lag)."""
+    from pipeline.loader_service import LoaderService, install_signal_handlers
+    from pipeline.loader_service import summary as load_summary
     from transport.kafka import KafkaSettings
-    from pipeline.loader_service import LoaderService, install_signal_handlers, summary as load_summary
 
     if cfg.transport.kind != "kafka":
-        print(f"goodput ingest: {cfg.source} has [transport] kind = {cfg.transport.kind!r}, so there is no "
-              f"Kafka to load from: set [transport] kind = \"kafka\" and [transport.kafka] bootstrap = "
-              f"\"host:port,...\" (or GOODPUT_KAFKA_BOOTSTRAP) to run the loader service, or pass "
-              f"--from FILE to load a file of messages", file=sys.stderr)
+        print(
+            f"goodput ingest: {cfg.source} has [transport] kind = {cfg.transport.kind!r}, so there is no "
+            f'Kafka to load from: set [transport] kind = "kafka" and [transport.kafka] bootstrap = '
+            f'"host:port,..." (or GOODPUT_KAFKA_BOOTSTRAP) to run the loader service, or pass '
+            f"--from FILE to load a file of messages",
+            file=sys.stderr,
+        )
         return 2
     try:
         kafka = KafkaSettings.from_config(cfg.transport.kafka)
@@ -92,14 +100,21 @@ def _serve_kafka(args, cfg) -> int:
     if every < 0:
         raise config_mod.ConfigError(f"--analyze-every {every}: must be >= 0 seconds (0: never)")
     with _store(args, cfg) as store:
+
         def analyze() -> None:
             window_ms = cfg.analyzer.window_s * 1000
             since = (int((time.time() - cfg.loader.analyze_lookback_s) * 1000) // window_ms) * window_ms
             _analyze(store, cfg, since, None)
 
-        service = LoaderService(cfg, store, kafka, until_caught_up=args.until_caught_up,
-                                analyze=analyze, analyze_every_s=every,
-                                progress=args.progress or (args.until_caught_up and sys.stderr.isatty()))
+        service = LoaderService(
+            cfg,
+            store,
+            kafka,
+            until_caught_up=args.until_caught_up,
+            analyze=analyze,
+            analyze_every_s=every,
+            progress=args.progress or (args.until_caught_up and sys.stderr.isatty()),
+        )
         install_signal_handlers(service.stop)
         totals = service.run()
     print(f"goodput ingest: {load_summary(totals)}", file=sys.stderr)
@@ -110,11 +125,14 @@ def _analyze(store, cfg, since_ms, until_ms) -> None:
     from pipeline.analyzers import run as analyzers
 
     if since_ms is None or until_ms is None:
-        t = store.query_arrow("SELECT toUnixTimestamp64Milli(min(ts)) AS a, toUnixTimestamp64Milli(max(ts)) AS b "
-                              "FROM raw_job").to_pylist()[0]
+        t = store.query_arrow(
+            "SELECT toUnixTimestamp64Milli(min(ts)) AS a, toUnixTimestamp64Milli(max(ts)) AS b FROM raw_job"
+        ).to_pylist()[0]
         if not t["a"]:
-            print("goodput analyze: no job events in the store: nothing is allocated, nothing to classify",
-                  file=sys.stderr)
+            print(
+                "goodput analyze: no job events in the store: nothing is allocated, nothing to classify",
+                file=sys.stderr,
+            )
             return
         since_ms = since_ms or t["a"]
         until_ms = until_ms or max(t["b"] + 1, int(time.time() * 1000))
@@ -150,17 +168,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--config", help="goodput TOML config (default: the shipped example)")
     common.add_argument("--store", help="chDB data directory (default: [store].path of the config)")
 
-    p = sub.add_parser("ingest", parents=[common],
-                       help="the loader: Kafka → store as a service (docs/loader.md), or --from a file of messages")
+    p = sub.add_parser(
+        "ingest",
+        parents=[common],
+        help="the loader: Kafka → store as a service (docs/loader.md), or --from a file of messages",
+    )
     p.add_argument("--from", dest="source", help="file of messages (JSON lines) instead of Kafka")
-    p.add_argument("--no-analyze", action="store_true", help="--from: only load; do not run the analyzers after")
-    p.add_argument("--until-caught-up", "--once", dest="until_caught_up", action="store_true",
-                   help="Kafka: exit once this loader's partitions have no lag (backfills, tests)")
-    p.add_argument("--analyze-every", type=float, metavar="SECONDS",
-                   help="Kafka: run the analyzers in this process every SECONDS, over the last "
-                        "[loader].analyze_lookback_s (default: [loader].analyze_every_s; 0 = never)")
-    p.add_argument("--progress", action="store_true",
-                   help="Kafka: progress bar on stderr (default: with --until-caught-up on a terminal)")
+    p.add_argument(
+        "--no-analyze", action="store_true", help="--from: only load; do not run the analyzers after"
+    )
+    p.add_argument(
+        "--until-caught-up",
+        "--once",
+        dest="until_caught_up",
+        action="store_true",
+        help="Kafka: exit once this loader's partitions have no lag (backfills, tests)",
+    )
+    p.add_argument(
+        "--analyze-every",
+        type=float,
+        metavar="SECONDS",
+        help="Kafka: run the analyzers in this process every SECONDS, over the last "
+        "[loader].analyze_lookback_s (default: [loader].analyze_every_s; 0 = never)",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="Kafka: progress bar on stderr (default: with --until-caught-up on a terminal)",
+    )
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("analyze", parents=[common], help="(re)classify a time range of stored data")

@@ -22,8 +22,8 @@ import re
 
 import pyarrow as pa
 
-from contracts.schema import KINDS, Field, Kind
 from contracts import catalog
+from contracts.schema import KINDS, Field, Kind
 from pipeline.store import Store
 
 RAW_TTL_DAYS = 90
@@ -43,8 +43,13 @@ def column_type(f: Field) -> str:
     return base if f.required else f"Nullable({base})"
 
 
-_ARROW_TYPES = {"Int64": pa.int64(), "Float32": pa.float32(), "Float64": pa.float64(), "Bool": pa.bool_(),
-                "String": pa.string()}
+_ARROW_TYPES = {
+    "Int64": pa.int64(),
+    "Float32": pa.float32(),
+    "Float64": pa.float64(),
+    "Bool": pa.bool_(),
+    "String": pa.string(),
+}
 TS_ARROW = pa.timestamp("ms", tz="UTC")
 
 
@@ -165,7 +170,7 @@ CREATE TABLE IF NOT EXISTS job_summary (
     first_allocated DateTime('UTC'),
     last_seen DateTime('UTC'),
     allocated_gpu_seconds Float64,
-    {_category_columns('s_')},
+    {_category_columns("s_")},
     cost Float64,
     waste_cost Float64,
     goodput_pct Float64,
@@ -198,9 +203,11 @@ def all_ddl() -> list[str]:
 
 MIN_SERVER_VERSION = (23, 8)
 """Oldest ClickHouse server the schema and analyzers run on (chDB always embeds a newer engine)."""
-FULL_SCHEMA_NEEDS = ("the goodput schema (DateTime64, Bool, column CODECs, TTL, "
-                     "non_replicated_deduplication_window, insert_deduplication_token) and its analyzers "
-                     "(window functions, lightweight DELETE, CREATE OR REPLACE)")
+FULL_SCHEMA_NEEDS = (
+    "the goodput schema (DateTime64, Bool, column CODECs, TTL, "
+    "non_replicated_deduplication_window, insert_deduplication_token) and its analyzers "
+    "(window functions, lightweight DELETE, CREATE OR REPLACE)"
+)
 
 REPLICA_PATH = "/clickhouse/tables/{shard}/{database}/{table}"
 """Keeper path of each replicated local table; {shard}, {database} and {table} are server macros
@@ -208,8 +215,10 @@ REPLICA_PATH = "/clickhouse/tables/{shard}/{database}/{table}"
 LOCAL_SUFFIX = "_local"
 
 SHARD_KEYS: dict[str, str] = {
-    **{catalog.RAW_TABLES[k.name]: f"cityHash64({'job_id' if k.key[0] == 'job_id' else k.sender_column})"
-       for k in KINDS.values()},
+    **{
+        catalog.RAW_TABLES[k.name]: f"cityHash64({'job_id' if k.key[0] == 'job_id' else k.sender_column})"
+        for k in KINDS.values()
+    },
     catalog.SCHEMA_MIGRATIONS: "version",
     catalog.DEAD_LETTERS: "cityHash64(source, partition, offset)",
     catalog.INGESTED_BATCHES: "cityHash64(node)",
@@ -233,7 +242,9 @@ def table_name(statement: str) -> str:
     return statement.split("EXISTS ", 1)[1].split(" ", 1)[0]
 
 
-def cluster_ddl(cluster: str, database: str, *, replicated: bool = True, on_cluster: bool = True) -> list[str]:
+def cluster_ddl(
+    cluster: str, database: str, *, replicated: bool = True, on_cluster: bool = True
+) -> list[str]:
     """The schema for a sharded cluster: per table a local table `<name>_local` and a Distributed table
     `<name>` over it. `replicated` picks Replicated*MergeTree engines (Keeper paths from the server
     macros); `on_cluster` adds ON CLUSTER so one statement creates the table on every host. Both are on
@@ -248,17 +259,24 @@ def cluster_ddl(cluster: str, database: str, *, replicated: bool = True, on_clus
         head = f"CREATE TABLE IF NOT EXISTS {name} "
         if not statement.startswith(head):
             raise ValueError(f"cannot render {name} for a cluster: its DDL does not start with {head!r}")
-        local_ddl = f"CREATE TABLE IF NOT EXISTS {local}{on} " + statement[len(head):]
+        local_ddl = f"CREATE TABLE IF NOT EXISTS {local}{on} " + statement[len(head) :]
         if replicated:
             local_ddl, n = _ENGINE.subn(
-                lambda m: f"ENGINE = Replicated{m[1]}('{REPLICA_PATH}', '{{replica}}')", local_ddl)
+                lambda m: f"ENGINE = Replicated{m[1]}('{REPLICA_PATH}', '{{replica}}')", local_ddl
+            )
             if n != 1:
-                raise ValueError(f"cannot render {name} for a cluster: expected one MergeTree engine, found {n}")
+                raise ValueError(
+                    f"cannot render {name} for a cluster: expected one MergeTree engine, found {n}"
+                )
             # Replicated tables deduplicate inserts natively, over this many recent blocks.
-            local_ddl = local_ddl.replace("non_replicated_deduplication_window", "replicated_deduplication_window")
+            local_ddl = local_ddl.replace(
+                "non_replicated_deduplication_window", "replicated_deduplication_window"
+            )
         out.append(local_ddl)
-        out.append(f"CREATE TABLE IF NOT EXISTS {name}{on} AS {database}.{local}\n"
-                   f"ENGINE = Distributed({cluster}, {database}, {local}, {SHARD_KEYS[name]})")
+        out.append(
+            f"CREATE TABLE IF NOT EXISTS {name}{on} AS {database}.{local}\n"
+            f"ENGINE = Distributed({cluster}, {database}, {local}, {SHARD_KEYS[name]})"
+        )
     return out
 
 
@@ -291,9 +309,17 @@ def migrate(store: Store) -> int:
     statements = all_ddl() if cluster is None else cluster_ddl(cluster, store.database)
     for statement in statements:
         store.execute(statement)
-    done = store.query_arrow(f"SELECT count() AS n FROM {catalog.SCHEMA_MIGRATIONS} "
-                             f"WHERE version = {catalog.SCHEMA_VERSION_DDL}").column("n")[0].as_py()
+    done = (
+        store.query_arrow(
+            f"SELECT count() AS n FROM {catalog.SCHEMA_MIGRATIONS} "
+            f"WHERE version = {catalog.SCHEMA_VERSION_DDL}"
+        )
+        .column("n")[0]
+        .as_py()
+    )
     if not done:
-        store.execute(f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description) VALUES "
-                      f"({catalog.SCHEMA_VERSION_DDL}, 'initial schema: raw tables, dead letters, outputs')")
+        store.execute(
+            f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description) VALUES "
+            f"({catalog.SCHEMA_VERSION_DDL}, 'initial schema: raw tables, dead letters, outputs')"
+        )
     return catalog.SCHEMA_VERSION_DDL

@@ -9,53 +9,151 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contracts.schema import ENVELOPE_FIELDS, JOB_EVENTS, KINDS, SCHEMA_VERSION, topic_for
 from contracts import catalog
+from contracts.schema import ENVELOPE_FIELDS, JOB_EVENTS, KINDS, SCHEMA_VERSION, topic_for
 from pipeline.ddl import all_ddl, column_type
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 EXAMPLE_ROWS = {
-    "gpu": [{"ts_ms": 1796200000000, "gpu": 0, "uuid": "GPU-5f2c0c1e-8a4b-4f0e-9d1c-2b7a6e3f9a10",
-             "model": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:18:00.0", "job_id": "812345",
-             "util_gpu_pct": 100.0, "util_mem_pct": 41.0, "sm_active_pct": 87.5, "sm_occupancy_pct": 40.1,
-             "tensor_active_pct": 48.0, "dram_active_pct": 30.2, "mem_used_bytes": 68719476736,
-             "mem_total_bytes": 85899345920, "power_w": 612.4, "energy_j": 3866201.5, "temp_c": 67.0,
-             "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "throttle_reasons": 0, "ecc_sbe_total": 0,
-             "ecc_dbe_total": 0, "remapped_rows": 0, "pcie_tx_bytes_per_s": 8.7e8, "pcie_rx_bytes_per_s": 1.2e9,
-             "nvlink_tx_bytes_per_s": 1.6e11, "nvlink_rx_bytes_per_s": 1.6e11, "nvlink_errors_per_s": 0.0},
-            {"ts_ms": 1796200000000, "gpu": 1, "uuid": "GPU-0b9d7e43-1c55-4a8e-b7f2-6d1e0c4a2f33",
-             "model": "NVIDIA H100 80GB HBM3", "job_id": "812345", "util_gpu_pct": 100.0,
-             "sm_active_pct": None, "power_w": 598.0, "xid": 79}],
-    "nic": [{"ts_ms": 1796200000000, "device": "mlx5_0", "port": 1, "link_layer": "Ethernet", "state": "ACTIVE",
-             "rate_gbps": 200.0, "tx_bytes_per_s": 1.9e10, "rx_bytes_per_s": 1.9e10, "tx_packets_per_s": 4.6e6,
-             "rx_packets_per_s": 4.6e6, "xmit_wait_per_s": 2.1e6, "ecn_marked_per_s": 8200.0,
-             "cnp_sent_per_s": 4100.0, "cnp_handled_per_s": 3900.0, "pfc_pause_rx_per_s": 120.0,
-             "pfc_pause_us_per_s": 5400.0, "symbol_errors_per_s": 0.0, "rcv_errors_per_s": 0.0,
-             "link_downed_per_s": 0.0}],
-    "storage": [{"ts_ms": 1796200000000, "source": "nfs", "device": "/mnt/datasets", "read_bytes_per_s": 2.4e9,
-                 "read_ops_per_s": 2290.0, "read_latency_ms": 12.5},
-                {"ts_ms": 1796200000000, "source": "psi", "device": "io", "psi_some_pct": 31.0, "psi_full_pct": 12.0}],
-    "job": [{"ts_ms": 1796199990000, "job_id": "812345", "event": "allocated", "attempt": 1, "account": "llm",
-             "queue": "core", "priority": 2, "gpus_requested": 16, "node": "gpu-core-001",
-             "gpu_indices": [0, 1, 2, 3, 4, 5, 6, 7], "source": "slurm"},
-            {"ts_ms": 1796200000000, "job_id": "812345", "event": "failed", "attempt": 1, "reason": "xid:79",
-             "exit_code": 1, "gpu_indices": [], "source": "slurm"}],
-    "step": [{"ts_ms": 1796200000000, "job_id": "812345", "rank": 0, "step": 1200, "attempt": 1, "gpu": 0,
-              "duration_ms": 1040.0, "data_ms": 210.0, "compute_ms": 760.0, "comm_ms": 70.0, "checkpoint_ms": 0.0}],
+    "gpu": [
+        {
+            "ts_ms": 1796200000000,
+            "gpu": 0,
+            "uuid": "GPU-5f2c0c1e-8a4b-4f0e-9d1c-2b7a6e3f9a10",
+            "model": "NVIDIA H100 80GB HBM3",
+            "pci_bus_id": "00000000:18:00.0",
+            "job_id": "812345",
+            "util_gpu_pct": 100.0,
+            "util_mem_pct": 41.0,
+            "sm_active_pct": 87.5,
+            "sm_occupancy_pct": 40.1,
+            "tensor_active_pct": 48.0,
+            "dram_active_pct": 30.2,
+            "mem_used_bytes": 68719476736,
+            "mem_total_bytes": 85899345920,
+            "power_w": 612.4,
+            "energy_j": 3866201.5,
+            "temp_c": 67.0,
+            "sm_clock_mhz": 1980.0,
+            "mem_clock_mhz": 2619.0,
+            "throttle_reasons": 0,
+            "ecc_sbe_total": 0,
+            "ecc_dbe_total": 0,
+            "remapped_rows": 0,
+            "pcie_tx_bytes_per_s": 8.7e8,
+            "pcie_rx_bytes_per_s": 1.2e9,
+            "nvlink_tx_bytes_per_s": 1.6e11,
+            "nvlink_rx_bytes_per_s": 1.6e11,
+            "nvlink_errors_per_s": 0.0,
+        },
+        {
+            "ts_ms": 1796200000000,
+            "gpu": 1,
+            "uuid": "GPU-0b9d7e43-1c55-4a8e-b7f2-6d1e0c4a2f33",
+            "model": "NVIDIA H100 80GB HBM3",
+            "job_id": "812345",
+            "util_gpu_pct": 100.0,
+            "sm_active_pct": None,
+            "power_w": 598.0,
+            "xid": 79,
+        },
+    ],
+    "nic": [
+        {
+            "ts_ms": 1796200000000,
+            "device": "mlx5_0",
+            "port": 1,
+            "link_layer": "Ethernet",
+            "state": "ACTIVE",
+            "rate_gbps": 200.0,
+            "tx_bytes_per_s": 1.9e10,
+            "rx_bytes_per_s": 1.9e10,
+            "tx_packets_per_s": 4.6e6,
+            "rx_packets_per_s": 4.6e6,
+            "xmit_wait_per_s": 2.1e6,
+            "ecn_marked_per_s": 8200.0,
+            "cnp_sent_per_s": 4100.0,
+            "cnp_handled_per_s": 3900.0,
+            "pfc_pause_rx_per_s": 120.0,
+            "pfc_pause_us_per_s": 5400.0,
+            "symbol_errors_per_s": 0.0,
+            "rcv_errors_per_s": 0.0,
+            "link_downed_per_s": 0.0,
+        }
+    ],
+    "storage": [
+        {
+            "ts_ms": 1796200000000,
+            "source": "nfs",
+            "device": "/mnt/datasets",
+            "read_bytes_per_s": 2.4e9,
+            "read_ops_per_s": 2290.0,
+            "read_latency_ms": 12.5,
+        },
+        {"ts_ms": 1796200000000, "source": "psi", "device": "io", "psi_some_pct": 31.0, "psi_full_pct": 12.0},
+    ],
+    "job": [
+        {
+            "ts_ms": 1796199990000,
+            "job_id": "812345",
+            "event": "allocated",
+            "attempt": 1,
+            "account": "llm",
+            "queue": "core",
+            "priority": 2,
+            "gpus_requested": 16,
+            "node": "gpu-core-001",
+            "gpu_indices": [0, 1, 2, 3, 4, 5, 6, 7],
+            "source": "slurm",
+        },
+        {
+            "ts_ms": 1796200000000,
+            "job_id": "812345",
+            "event": "failed",
+            "attempt": 1,
+            "reason": "xid:79",
+            "exit_code": 1,
+            "gpu_indices": [],
+            "source": "slurm",
+        },
+    ],
+    "step": [
+        {
+            "ts_ms": 1796200000000,
+            "job_id": "812345",
+            "rank": 0,
+            "step": 1200,
+            "attempt": 1,
+            "gpu": 0,
+            "duration_ms": 1040.0,
+            "data_ms": 210.0,
+            "compute_ms": 760.0,
+            "comm_ms": 70.0,
+            "checkpoint_ms": 0.0,
+        }
+    ],
 }
 
 
 def example_envelope(kind: str) -> dict:
     rows = EXAMPLE_ROWS[kind]
     names = list(dict.fromkeys(k for r in rows for k in r))
-    return {"schema_version": SCHEMA_VERSION, "kind": kind, "cluster": "demo-east",
-            "node": "sched-01" if kind == "job" else "gpu-core-001", "seq": 41, "sent_ms": 1796200000950,
-            "agent": "goodput-agent/0.1.0", "columns": {n: [r.get(n) for r in rows] for n in names}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "cluster": "demo-east",
+        "node": "sched-01" if kind == "job" else "gpu-core-001",
+        "seq": 41,
+        "sent_ms": 1796200000950,
+        "agent": "goodput-agent/0.1.0",
+        "columns": {n: [r.get(n) for r in rows] for n in names},
+    }
 
 
 def messages_md() -> str:
-    out = [f"""# Kafka message schema, version {SCHEMA_VERSION}
+    out = [
+        f"""# Kafka message schema, version {SCHEMA_VERSION}
 
 Generated from `contracts/schema.py` by `python -m pipeline.docgen`; do not edit by hand.
 
@@ -73,7 +171,8 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
 
 ## Topics
 | kind | topic | rows |
-|---|---|---|"""]
+|---|---|---|"""
+    ]
     for k in KINDS.values():
         out.append(f"| {k.name} | `{topic_for(k.name)}` | {k.help} |")
     out += ["", "## Envelope", "| field | type | meaning |", "|---|---|---|"]
@@ -82,31 +181,55 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
         labels = [f"`{f.label}` ({f.name})" for f in k.fields if f.label]
         out += ["", f"## Kind `{k.name}`", "", k.help, ""]
         if labels:
-            out += ["Prometheus labels on this kind's metrics (agent `/metrics`): " + ", ".join(labels) + ".", ""]
-        out += ["| field | type | unit | required | range | ClickHouse | Prometheus metric | meaning |",
-                "|---|---|---|---|---|---|---|---|"]
+            out += [
+                "Prometheus labels on this kind's metrics (agent `/metrics`): " + ", ".join(labels) + ".",
+                "",
+            ]
+        out += [
+            "| field | type | unit | required | range | ClickHouse | Prometheus metric | meaning |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for f in k.fields:
-            rng = "" if f.min is None and f.max is None else f"[{'' if f.min is None else f.min}, {'' if f.max is None else f.max}]"
+            rng = (
+                ""
+                if f.min is None and f.max is None
+                else f"[{'' if f.min is None else f.min}, {'' if f.max is None else f.max}]"
+            )
             if f.enum:
                 rng = " \\| ".join(f.enum)
-            metric = f"`{f.metric}`" + (f" (x{f.metric_scale:g})" if f.metric_scale != 1 else "") if f.metric else ""
-            out.append(f"| `{f.name}` | {f.type} | {f.unit} | {'yes' if f.required else ''} | {rng} | "
-                       f"{column_type(f)} | {metric} | {f.help} |")
+            metric = (
+                f"`{f.metric}`" + (f" (x{f.metric_scale:g})" if f.metric_scale != 1 else "")
+                if f.metric
+                else ""
+            )
+            out.append(
+                f"| `{f.name}` | {f.type} | {f.unit} | {'yes' if f.required else ''} | {rng} | "
+                f"{column_type(f)} | {metric} | {f.help} |"
+            )
         if k.name == "job":
-            out += ["", "Events: " + ", ".join(f"`{e}`" for e in JOB_EVENTS) + ". `allocated`/`released` name one "
-                    "node and its GPU indices; `gang_complete` means every member is allocated and joined; `running` "
-                    "means the first training step of the attempt began; `restarted` opens attempt n+1."]
+            out += [
+                "",
+                "Events: " + ", ".join(f"`{e}`" for e in JOB_EVENTS) + ". `allocated`/`released` name one "
+                "node and its GPU indices; `gang_complete` means every member is allocated and joined; `running` "
+                "means the first training step of the attempt began; `restarted` opens attempt n+1.",
+            ]
         out += ["", "Example:", "", "```json", json.dumps(example_envelope(k.name), indent=1), "```"]
-    out += ["", "## Dead-letter reasons", "",
-            "not_json, non_finite, bad_envelope, unknown_version, unknown_kind, kind_mismatch, unknown_cluster, "
-            "unknown_node, unknown_field, ragged_columns, empty_batch, oversize_message, oversize_batch, "
-            "missing_field, bad_type, out_of_range (includes timestamps outside [now - max_past_days, now + "
-            "max_future_s] and values outside a field's range or enum), duplicate_seq.", ""]
+    out += [
+        "",
+        "## Dead-letter reasons",
+        "",
+        "not_json, non_finite, bad_envelope, unknown_version, unknown_kind, kind_mismatch, unknown_cluster, "
+        "unknown_node, unknown_field, ragged_columns, empty_batch, oversize_message, oversize_batch, "
+        "missing_field, bad_type, out_of_range (includes timestamps outside [now - max_past_days, now + "
+        "max_future_s] and values outside a field's range or enum), duplicate_seq.",
+        "",
+    ]
     return "\n".join(out)
 
 
 def clickhouse_md() -> str:
-    out = [f"""# ClickHouse schema, version {catalog.SCHEMA_VERSION_DDL}
+    out = [
+        f"""# ClickHouse schema, version {catalog.SCHEMA_VERSION_DDL}
 
 Generated from `pipeline/ddl.py` by `python -m pipeline.docgen`; do not edit by hand. `goodput` applies it
 idempotently at every start (`CREATE TABLE IF NOT EXISTS`) and records the version in `schema_migrations`.
@@ -123,7 +246,8 @@ Requires ClickHouse >= 23.8 (DateTime64, TTL, codecs, window functions); chDB 3+
    through (two loaders racing on one batch) collapses at merge; `FINAL` shows the merged view at once.
 
 ## Tables
-"""]
+"""
+    ]
     for ddl in all_ddl():
         name = ddl.split("EXISTS ", 1)[1].split(" ", 1)[0]
         out += [f"### `{name}`", "", "```sql", ddl, "```", ""]
@@ -139,7 +263,8 @@ def _self_metrics_table(metrics: dict[str, tuple[str, str, tuple[str, ...]]]) ->
 
 def metrics_md() -> str:
     """Every Prometheus series goodput exports, from the declarations (schema fields and catalog)."""
-    out = [f"""# Prometheus metrics, version {SCHEMA_VERSION}
+    out = [
+        f"""# Prometheus metrics, version {SCHEMA_VERSION}
 
 Generated from `contracts/schema.py` and `contracts/catalog.py` by `python -m pipeline.docgen`; do not
 edit by hand. Names follow the Prometheus conventions (base units: bytes, seconds, hertz, joules;
@@ -150,16 +275,25 @@ when the node cannot measure it; it disappears when its collector fails (then
 `goodput_collector_success{{collector=...}}` is 0). Renaming or removing a series is a breaking change.
 
 ## Agent: samples (`goodput agent`, default port 9477)
-"""]
+"""
+    ]
     for k in KINDS.values():
         metric_fields = [f for f in k.fields if f.metric]
         if not metric_fields:
             continue
         labels = [f"`{f.label}`" for f in k.fields if f.label] + (["`Hostname`"] if k.name == "gpu" else [])
-        out += [f"### {k.name}", "", f"Labels: {', '.join(labels)}.", "",
-                "| metric | type | from field | meaning |", "|---|---|---|---|"]
+        out += [
+            f"### {k.name}",
+            "",
+            f"Labels: {', '.join(labels)}.",
+            "",
+            "| metric | type | from field | meaning |",
+            "|---|---|---|---|",
+        ]
         for f in metric_fields:
-            name = f.metric if f.metric_type != "counter" or f.metric.endswith("_total") else f"{f.metric}_total"
+            name = (
+                f.metric if f.metric_type != "counter" or f.metric.endswith("_total") else f"{f.metric}_total"
+            )
             scale = f" (x{f.metric_scale:g})" if f.metric_scale != 1 else ""
             out.append(f"| `{name}` | {f.metric_type} | `{f.name}`{scale} | {f.help} |")
         out.append("")

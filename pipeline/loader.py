@@ -26,11 +26,11 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from contracts.schema import KINDS
 from contracts import catalog
+from contracts.schema import KINDS
 from pipeline.store import Store
-from transport.base import Record
 from pipeline.validate import Envelope, Limits, Rejected, decode, to_tables
+from transport.base import Record
 
 log = logging.getLogger("goodput.loader")
 
@@ -106,7 +106,8 @@ class SeqTracker:
         tracker = cls()
         t = store.query_arrow(
             f"SELECT cluster, node, kind, groupArray(seq) AS seqs FROM {catalog.INGESTED_BATCHES} "
-            f"GROUP BY cluster, node, kind")
+            f"GROUP BY cluster, node, kind"
+        )
         for row in t.to_pylist():
             stream = (row["cluster"], row["node"], row["kind"])
             for s in sorted(row["seqs"]):
@@ -116,8 +117,10 @@ class SeqTracker:
 
 def _stored_offsets(store: Store) -> dict[tuple[str, int], int]:
     """Per (topic or file, partition): the highest offset of a stored batch, from the ledger."""
-    t = store.query_arrow(f"SELECT source, partition, max(offset) AS top FROM {catalog.INGESTED_BATCHES} "
-                          f"GROUP BY source, partition")
+    t = store.query_arrow(
+        f"SELECT source, partition, max(offset) AS top FROM {catalog.INGESTED_BATCHES} "
+        f"GROUP BY source, partition"
+    )
     return {(r["source"], r["partition"]): r["top"] for r in t.to_pylist()}
 
 
@@ -151,14 +154,20 @@ def cycle_collector_paused():
 
 def _expected_kind(topic: str, prefix: str) -> str | None:
     if topic.startswith(prefix + "."):
-        kind = topic[len(prefix) + 1:]
+        kind = topic[len(prefix) + 1 :]
         return kind if kind in KINDS else None
     return None
 
 
 class Loader:
-    def __init__(self, store: Store, limits: Limits, *, topic_prefix: str = "goodput",
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        limits: Limits,
+        *,
+        topic_prefix: str = "goodput",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.limits = limits
         self.topic_prefix = topic_prefix
@@ -204,14 +213,25 @@ class Loader:
             stats.rows[kind] += table.num_rows
             stats.batches[kind] += len(envs)
         if good:
-            self.store.insert_arrow(catalog.INGESTED_BATCHES, self._ledger(good), _token("ledger", _batch_ids(good)))
-        if dead:  # the token takes effect where dead_letters deduplicates (replicated tables); see docs/loader.md
-            self.store.insert_arrow(catalog.DEAD_LETTERS, self._dead_letters(dead, now_ms),
-                                    _token("dead", (f"{r.topic}/{r.partition}/{r.offset}" for r, *_ in dead)))
+            self.store.insert_arrow(
+                catalog.INGESTED_BATCHES, self._ledger(good), _token("ledger", _batch_ids(good))
+            )
+        if (
+            dead
+        ):  # the token takes effect where dead_letters deduplicates (replicated tables); see docs/loader.md
+            self.store.insert_arrow(
+                catalog.DEAD_LETTERS,
+                self._dead_letters(dead, now_ms),
+                _token("dead", (f"{r.topic}/{r.partition}/{r.offset}" for r, *_ in dead)),
+            )
             for _, reason, detail, _env in dead:
                 stats.dead_letters[reason] += 1
-            log.warning("dead-lettered %d of %d records (%s)", len(dead), stats.records,
-                        ", ".join(f"{r}={n}" for r, n in stats.dead_letters.most_common()))
+            log.warning(
+                "dead-lettered %d of %d records (%s)",
+                len(dead),
+                stats.records,
+                ", ".join(f"{r}={n}" for r, n in stats.dead_letters.most_common()),
+            )
         stats.insert_s = time.perf_counter() - inserting
         for e in good:
             self.seqs.add((e.cluster, e.node, e.kind), e.seq)
@@ -233,43 +253,55 @@ class Loader:
             return None
         env.position = rec
         stream = (env.cluster, env.node, env.kind)
-        if self.seqs.seen(stream, env.seq) and rec.offset <= self.stored_offsets.get((rec.topic, rec.partition), -1):
+        if self.seqs.seen(stream, env.seq) and rec.offset <= self.stored_offsets.get(
+            (rec.topic, rec.partition), -1
+        ):
             stats.redelivered += 1  # stored before, and Kafka delivers its position again
             return None
         if self.seqs.seen(stream, env.seq) or (*stream, env.seq) in in_poll.batches:
-            dead.append((rec, "duplicate_seq", f"batch {env.kind} seq {env.seq} from {env.node} is already stored",
-                         env))
+            dead.append(
+                (
+                    rec,
+                    "duplicate_seq",
+                    f"batch {env.kind} seq {env.seq} from {env.node} is already stored",
+                    env,
+                )
+            )
             return None
         return env
 
     @staticmethod
     def _ledger(envs: list[Envelope]) -> pa.Table:
-        return pa.table({
-            "cluster": [e.cluster for e in envs],
-            "node": [e.node for e in envs],
-            "kind": [e.kind for e in envs],
-            "seq": pa.array([e.seq for e in envs], pa.uint64()),
-            "rows": pa.array([e.rows for e in envs], pa.uint32()),
-            "source": [e.position.topic for e in envs],
-            "partition": pa.array([e.position.partition for e in envs], pa.int32()),
-            "offset": pa.array([e.position.offset for e in envs], pa.int64()),
-            "sent": pa.array([e.sent_ms for e in envs], pa.timestamp("ms", tz="UTC")),
-        })
+        return pa.table(
+            {
+                "cluster": [e.cluster for e in envs],
+                "node": [e.node for e in envs],
+                "kind": [e.kind for e in envs],
+                "seq": pa.array([e.seq for e in envs], pa.uint64()),
+                "rows": pa.array([e.rows for e in envs], pa.uint32()),
+                "source": [e.position.topic for e in envs],
+                "partition": pa.array([e.position.partition for e in envs], pa.int32()),
+                "offset": pa.array([e.position.offset for e in envs], pa.int64()),
+                "sent": pa.array([e.sent_ms for e in envs], pa.timestamp("ms", tz="UTC")),
+            }
+        )
 
     @staticmethod
     def _dead_letters(dead: list[tuple[Record, str, str, Envelope | None]], now_ms: int) -> pa.Table:
-        return pa.table({
-            "received_at": pa.array([now_ms] * len(dead), pa.timestamp("ms", tz="UTC")),
-            "source": [r.topic for r, *_ in dead],
-            "partition": pa.array([r.partition for r, *_ in dead], pa.int32()),
-            "offset": pa.array([r.offset for r, *_ in dead], pa.int64()),
-            "cluster": [e.cluster if e else "" for *_, e in dead],
-            "node": [e.node if e else "" for *_, e in dead],
-            "kind": [e.kind if e else "" for *_, e in dead],
-            "reason": [reason for _, reason, _, _ in dead],
-            "detail": [detail for _, _, detail, _ in dead],
-            "raw": pa.array([r.value for r, *_ in dead], pa.binary()),
-        })
+        return pa.table(
+            {
+                "received_at": pa.array([now_ms] * len(dead), pa.timestamp("ms", tz="UTC")),
+                "source": [r.topic for r, *_ in dead],
+                "partition": pa.array([r.partition for r, *_ in dead], pa.int32()),
+                "offset": pa.array([r.offset for r, *_ in dead], pa.int64()),
+                "cluster": [e.cluster if e else "" for *_, e in dead],
+                "node": [e.node if e else "" for *_, e in dead],
+                "kind": [e.kind if e else "" for *_, e in dead],
+                "reason": [reason for _, reason, _, _ in dead],
+                "detail": [detail for _, _, detail, _ in dead],
+                "raw": pa.array([r.value for r, *_ in dead], pa.binary()),
+            }
+        )
 
 
 def limits_from_config(cfg) -> Limits:

@@ -34,15 +34,15 @@ from typing import Callable, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from contracts.schema import KINDS, topic_for
 from contracts import catalog
 from contracts.config import Config
 from contracts.exporter import MetricsEndpoint, declare
-from transport.kafka import KafkaConsumerTransport, KafkaSettings
-from pipeline.loader import LoadStats, Loader, limits_from_config
+from contracts.schema import KINDS, topic_for
+from pipeline.loader import Loader, LoadStats, limits_from_config
 from pipeline.progress import Progress
 from pipeline.store import Store, StoreError
 from transport.base import Record, TransportError
+from transport.kafka import KafkaConsumerTransport, KafkaSettings
 
 log = logging.getLogger("goodput.loader.service")
 
@@ -112,10 +112,19 @@ class LoaderService:
     """Consumes the kind topics in a consumer group and loads them; `run()` until `stop` is set (or,
     with `until_caught_up`, until this member's partitions have no lag left)."""
 
-    def __init__(self, cfg: Config, store: Store, kafka: KafkaSettings, *,
-                 stop: threading.Event | None = None, clock: Callable[[], float] = time.monotonic,
-                 until_caught_up: bool = False, analyze: Callable[[], None] | None = None,
-                 analyze_every_s: float | None = None, progress: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store,
+        kafka: KafkaSettings,
+        *,
+        stop: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        until_caught_up: bool = False,
+        analyze: Callable[[], None] | None = None,
+        analyze_every_s: float | None = None,
+        progress: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.lc = cfg.loader
         self.kafka = kafka
@@ -150,8 +159,13 @@ class LoaderService:
             self.metrics_port = self.metrics.serve(*endpoint)[1]
             log.info("metrics on http://%s:%d/metrics", endpoint[0], self.metrics_port)
         try:
-            self._consumer = self._retry("connect to Kafka", TransportError, self._connect,
-                                         "goodput_loader_transport_errors_total", "connect")
+            self._consumer = self._retry(
+                "connect to Kafka",
+                TransportError,
+                self._connect,
+                "goodput_loader_transport_errors_total",
+                "connect",
+            )
             while self._consumer is not None and not self.stop.is_set():
                 got = self._poll()
                 if self._flush_due():
@@ -171,8 +185,12 @@ class LoaderService:
 
     def _connect(self) -> KafkaConsumerTransport:
         consumer = KafkaConsumerTransport(self.kafka, self.topics)
-        log.info("joining consumer group %s on %s for %s", consumer.group_id, self.kafka.bootstrap,
-                 ", ".join(self.topics))
+        log.info(
+            "joining consumer group %s on %s for %s",
+            consumer.group_id,
+            self.kafka.bootstrap,
+            ", ".join(self.topics),
+        )
         return consumer
 
     def _poll(self) -> int:
@@ -196,21 +214,31 @@ class LoaderService:
 
     def _flush_due(self) -> bool:
         p = self._pending
-        return bool(p.records) and (len(p.records) >= self.lc.flush_records or p.bytes >= self.lc.flush_bytes
-                                    or self.clock() - p.since >= self.lc.flush_interval_s)
+        return bool(p.records) and (
+            len(p.records) >= self.lc.flush_records
+            or p.bytes >= self.lc.flush_bytes
+            or self.clock() - p.since >= self.lc.flush_interval_s
+        )
 
     def _flush(self) -> bool:
         """Loads the pending records, then commits them. False when stopped before the load succeeded."""
         records = self._pending.records
-        stats = self._retry(f"load {len(records)} records into the store (their offsets stay uncommitted)", StoreError,
-                            lambda: self.loader.load(records), "goodput_loader_store_errors_total", "load")
+        stats = self._retry(
+            f"load {len(records)} records into the store (their offsets stay uncommitted)",
+            StoreError,
+            lambda: self.loader.load(records),
+            "goodput_loader_store_errors_total",
+            "load",
+        )
         if stats is None:
             return False
         self._pending = _Pending([])
         self.metrics.loaded(stats, Counter(r.topic for r in records))
         self._loads += 1
         if self._loads == self._kill_before_commit:
-            log.warning("%s=%d: killing this process between load and commit (test hook)", TEST_KILL_ENV, self._loads)
+            log.warning(
+                "%s=%d: killing this process between load and commit (test hook)", TEST_KILL_ENV, self._loads
+            )
             os.kill(os.getpid(), signal.SIGKILL)
         try:
             self._consumer.commit(records)
@@ -222,8 +250,9 @@ class LoaderService:
         self._consumed_since_lag += len(records)
         return True
 
-    def _retry(self, what: str, errors: type[Exception], fn: Callable[[], _T], metric: str,
-               operation: str) -> _T | None:
+    def _retry(
+        self, what: str, errors: type[Exception], fn: Callable[[], _T], metric: str, operation: str
+    ) -> _T | None:
         """fn() until it succeeds, backing off exponentially; None if `stop` was set meanwhile."""
         delay = self.lc.retry_backoff_s
         while True:
@@ -242,21 +271,37 @@ class LoaderService:
         now = self._consumer.assignment()
         if now == self._assigned:
             if not now and self.clock() - self._unassigned_since >= UNASSIGNED_WARN_S:
-                log.warning("no partition of %s assigned to this loader for %.0f s in group %s: %s, and that "
-                            "the topics exist (transport.kafka.ensure_topics). A member that died "
-                            "holds its partitions until its session times out; a group with more loaders "
-                            "than partitions leaves the extra ones idle", ", ".join(self.topics),
-                            UNASSIGNED_WARN_S, self._consumer.group_id, self.kafka.what_to_check())
+                log.warning(
+                    "no partition of %s assigned to this loader for %.0f s in group %s: %s, and that "
+                    "the topics exist (transport.kafka.ensure_topics). A member that died "
+                    "holds its partitions until its session times out; a group with more loaders "
+                    "than partitions leaves the extra ones idle",
+                    ", ".join(self.topics),
+                    UNASSIGNED_WARN_S,
+                    self._consumer.group_id,
+                    self.kafka.what_to_check(),
+                )
                 self._unassigned_since = self.clock()
             return
         gained, lost = now - self._assigned, self._assigned - now
-        log.info("partitions now %d (+%d, -%d) in group %s", len(now), len(gained), len(lost), self._consumer.group_id)
+        log.info(
+            "partitions now %d (+%d, -%d) in group %s",
+            len(now),
+            len(gained),
+            len(lost),
+            self._consumer.group_id,
+        )
         if lost:  # not ours any more: their new owner loads them from the committed offset
             self._pending.records = [r for r in self._pending.records if (r.topic, r.partition) in now]
             self._pending.bytes = sum(len(r.value) for r in self._pending.records)
         if gained:
-            self._retry("re-read the batch ledger", StoreError, self.loader.refresh,
-                        "goodput_loader_store_errors_total", "refresh")
+            self._retry(
+                "re-read the batch ledger",
+                StoreError,
+                self.loader.refresh,
+                "goodput_loader_store_errors_total",
+                "refresh",
+            )
         self._assigned = now
         self._unassigned_since = self.clock()
         self.metrics.assignment(now, self.topics)
@@ -284,9 +329,12 @@ class LoaderService:
             t = self.loader.totals
             left = max(0, sum(self._lag.values()) - self._consumed_since_lag)
             elapsed = max(time.perf_counter() - self._progress.started, 1e-9)
-            self._progress.update(t.records, f"{t.records / elapsed:,.0f} records/s "
-                                             f"{sum(t.rows.values()) / elapsed:,.0f} rows/s, lag {left:,}",
-                                  total=t.records + left)
+            self._progress.update(
+                t.records,
+                f"{t.records / elapsed:,.0f} records/s "
+                f"{sum(t.rows.values()) / elapsed:,.0f} rows/s, lag {left:,}",
+                total=t.records + left,
+            )
 
     # ---- embedded analyzers ----
 
@@ -317,9 +365,11 @@ class LoaderService:
 def install_signal_handlers(stop: threading.Event) -> None:
     """SIGTERM and SIGINT ask the service to finish its batch and leave; a second one acts as usual
     (kills at once), for an operator who does not want to wait."""
+
     def handler(signum, _frame):
-        log.warning("%s: finishing the current batch, committing and leaving the group",
-                    signal.Signals(signum).name)
+        log.warning(
+            "%s: finishing the current batch, committing and leaving the group", signal.Signals(signum).name
+        )
         stop.set()
         signal.signal(signum, signal.SIG_DFL)
 
@@ -329,10 +379,11 @@ def install_signal_handlers(stop: threading.Event) -> None:
 
 def summary(stats: LoadStats) -> str:
     """One line for the end of a run."""
-    line = (f"{stats.records:,} records, {sum(stats.rows.values()):,} rows, "
-            f"{sum(stats.batches.values()):,} batches, {stats.redelivered:,} redelivered, "
-            f"{sum(stats.dead_letters.values()):,} dead letters")
+    line = (
+        f"{stats.records:,} records, {sum(stats.rows.values()):,} rows, "
+        f"{sum(stats.batches.values()):,} batches, {stats.redelivered:,} redelivered, "
+        f"{sum(stats.dead_letters.values()):,} dead letters"
+    )
     if stats.dead_letters:
         line += " (" + ", ".join(f"{r}={n}" for r, n in stats.dead_letters.most_common()) + ")"
     return line
-

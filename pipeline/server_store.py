@@ -48,7 +48,12 @@ BACKOFF_MAX_S = 8.0
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INSERT_SELECT = re.compile(r"\s*INSERT\s+INTO\s+[^;]*?\bSELECT\b", re.IGNORECASE | re.DOTALL)
 
-AUTH_CODES = {192: "unknown user", 193: "wrong password", 194: "password required", 516: "authentication failed"}
+AUTH_CODES = {
+    192: "unknown user",
+    193: "wrong password",
+    194: "password required",
+    516: "authentication failed",
+}
 UNKNOWN_DATABASE = 81
 UNKNOWN_STATUS_OF_INSERT = 319
 TRANSIENT_CODES = {
@@ -96,7 +101,8 @@ class ServerConfig:
         if "password" in table:
             raise ConfigError(
                 f"[{where}].password: passwords never live in the configuration file. Put it in an "
-                f"environment variable and name that variable instead: password_env = \"GOODPUT_CLICKHOUSE_PASSWORD\"")
+                f'environment variable and name that variable instead: password_env = "GOODPUT_CLICKHOUSE_PASSWORD"'
+            )
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(table) - set(known))
         if unknown:
@@ -107,7 +113,9 @@ class ServerConfig:
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ConfigError(f"[{where}].{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+                raise ConfigError(
+                    f"[{where}].{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}"
+                )
             values[name] = value
         cfg = cls(**values)
         cfg._check(where)
@@ -115,14 +123,20 @@ class ServerConfig:
 
     def _check(self, where: str) -> None:
         if not 0 <= self.port <= 65535:
-            raise ConfigError(f"[{where}].port: {self.port} is not a TCP port (1-65535, or 0 for the default)")
+            raise ConfigError(
+                f"[{where}].port: {self.port} is not a TCP port (1-65535, or 0 for the default)"
+            )
         for name in ("database", "cluster"):
             value = getattr(self, name)
             if value and not _NAME.fullmatch(value):
-                raise ConfigError(f"[{where}].{name}: {value!r} must be a plain identifier (letters, digits, _), "
-                                  f"since it is written into the DDL unquoted")
+                raise ConfigError(
+                    f"[{where}].{name}: {value!r} must be a plain identifier (letters, digits, _), "
+                    f"since it is written into the DDL unquoted"
+                )
         if self.compression not in COMPRESSION:
-            raise ConfigError(f"[{where}].compression: {self.compression!r} is not one of {', '.join(COMPRESSION)}")
+            raise ConfigError(
+                f"[{where}].compression: {self.compression!r} is not one of {', '.join(COMPRESSION)}"
+            )
         if self.connect_timeout_s <= 0 or self.send_receive_timeout_s <= 0:
             raise ConfigError(f"[{where}]: connect_timeout_s and send_receive_timeout_s must be > 0 seconds")
         if self.retries < 0:
@@ -143,8 +157,10 @@ class ServerConfig:
             return ""
         value = os.environ.get(self.password_env)
         if value is None:
-            raise StoreError(f"the environment variable {self.password_env} (named by [store.server].password_env) "
-                             f"is not set: export the ClickHouse password for user {self.user!r} in it")
+            raise StoreError(
+                f"the environment variable {self.password_env} (named by [store.server].password_env) "
+                f"is not set: export the ClickHouse password for user {self.user!r} in it"
+            )
         return value
 
 
@@ -161,8 +177,11 @@ def _driver_column(col: pa.ChunkedArray):
     if pa.types.is_timestamp(t):
         index = pd.DatetimeIndex(col.to_pandas())
         return index.tz_localize("UTC") if index.tz is None else index
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or (
-            col.null_count and (pa.types.is_integer(t) or pa.types.is_boolean(t))):
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or (col.null_count and (pa.types.is_integer(t) or pa.types.is_boolean(t)))
+    ):
         # fromiter keeps one Python object per row (np.array would turn equal-length lists into 2-D).
         return np.fromiter(col.to_pylist(), dtype=object, count=len(col))
     return col.to_numpy()
@@ -174,8 +193,11 @@ class _QuietArrayFallback(logging.Filter):
     warnings, so exactly that message is dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (str(record.msg).startswith("NumPy support is not implemented for")
-                    and bool(record.args) and str(record.args[0]).startswith("Array("))
+        return not (
+            str(record.msg).startswith("NumPy support is not implemented for")
+            and bool(record.args)
+            and str(record.args[0]).startswith("Array(")
+        )
 
 
 logging.getLogger("clickhouse_driver.columns.service").addFilter(_QuietArrayFallback())
@@ -207,30 +229,46 @@ class ServerStore:
             # tables then see the same rows as on one server.
             settings = {"insert_distributed_sync": 1, "prefer_global_in_and_join": 1}
         self._client = Client(
-            host=config.host, port=config.effective_port, database=config.database, user=config.user,
-            password=config.password(), secure=config.secure, verify=config.verify,
-            ca_certs=config.ca_certs or None, compression=COMPRESSION[config.compression],
-            connect_timeout=config.connect_timeout_s, send_receive_timeout=config.send_receive_timeout_s,
-            client_name="goodput", settings=settings,
+            host=config.host,
+            port=config.effective_port,
+            database=config.database,
+            user=config.user,
+            password=config.password(),
+            secure=config.secure,
+            verify=config.verify,
+            ca_certs=config.ca_certs or None,
+            compression=COMPRESSION[config.compression],
+            connect_timeout=config.connect_timeout_s,
+            send_receive_timeout=config.send_receive_timeout_s,
+            client_name="goodput",
+            settings=settings,
         )
         self._token_warned = False
         version, has_token = self._call(
             "SELECT version(), (SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token')",
-            lambda sql: self._client.execute(sql))[0]
+            lambda sql: self._client.execute(sql),
+        )[0]
         self.version_text = version
         self.version = tuple(int(p) for p in re.findall(r"\d+", version)[:4])
         self.supports_dedup_token = bool(has_token)
-        log.info("connected to ClickHouse %s at %s as %s (database %s%s)", version, self.address, config.user,
-                 self.database, f", cluster {self.cluster}" if self.cluster else "")
+        log.info(
+            "connected to ClickHouse %s at %s as %s (database %s%s)",
+            version,
+            self.address,
+            config.user,
+            self.database,
+            f", cluster {self.cluster}" if self.cluster else "",
+        )
 
     def require_version(self, minimum: tuple[int, ...], needs: str) -> None:
         """Refuses a server older than `minimum`, naming both versions and what needs the newer one."""
-        if self.version[:len(minimum)] < minimum:
+        if self.version[: len(minimum)] < minimum:
             wanted = ".".join(str(p) for p in minimum)
             raise StoreVersionError(
                 f"ClickHouse at {self.address} is version {self.version_text}, but {needs} need ClickHouse >= "
                 f"{wanted}. Upgrade the server (or point [store.server] at one >= {wanted}), or use the embedded "
-                f"store (kind = \"chdb\"); docs/clickhouse-server.md says what runs on older servers")
+                f'store (kind = "chdb"); docs/clickhouse-server.md says what runs on older servers'
+            )
 
     def execute(self, sql: str) -> None:
         """Runs a statement. An INSERT ... SELECT cut off after it reached the server is not retried: it
@@ -255,13 +293,19 @@ class ServerStore:
                 settings["insert_deduplication_token"] = dedup_token
             elif not self._token_warned:
                 self._token_warned = True
-                log.warning("ClickHouse %s at %s has no insert_deduplication_token: a replayed insert is not "
-                            "dropped by the server; the loader's sequence ledger and ReplacingMergeTree keep rows "
-                            "single", self.version_text, self.address)
+                log.warning(
+                    "ClickHouse %s at %s has no insert_deduplication_token: a replayed insert is not "
+                    "dropped by the server; the loader's sequence ledger and ReplacingMergeTree keep rows "
+                    "single",
+                    self.version_text,
+                    self.address,
+                )
         columns = [_driver_column(c) for c in data.columns]
         cols = ", ".join(f"`{c}`" for c in data.column_names)
-        self._call(f"INSERT INTO {table} ({cols}) VALUES",
-                   lambda s: self._client.execute(s, columns, columnar=True, settings=settings))
+        self._call(
+            f"INSERT INTO {table} ({cols}) VALUES",
+            lambda s: self._client.execute(s, columns, columnar=True, settings=settings),
+        )
 
     def _call(self, sql: str, run, retry_after_send: bool = True):
         """Runs `run(sql)`, retrying transient failures; raises StoreError naming what to check.
@@ -283,11 +327,15 @@ class ServerStore:
                 if e.code in AUTH_CODES:
                     raise self._auth_error(e) from None
                 if e.code == UNKNOWN_DATABASE and "atabase" in str(e.message):
-                    raise StoreError(f"ClickHouse at {self.address}: {_server_message(e)}. Create it "
-                                     f"(CREATE DATABASE {self.database}) or fix [store.server].database") from None
+                    raise StoreError(
+                        f"ClickHouse at {self.address}: {_server_message(e)}. Create it "
+                        f"(CREATE DATABASE {self.database}) or fix [store.server].database"
+                    ) from None
                 if e.code not in TRANSIENT_CODES:
-                    raise StoreError(f"ClickHouse at {self.address} refused [{first_line(sql)}]: "
-                                     f"{_server_message(e)} (code {e.code})") from None
+                    raise StoreError(
+                        f"ClickHouse at {self.address} refused [{first_line(sql)}]: "
+                        f"{_server_message(e)} (code {e.code})"
+                    ) from None
                 last = f"{TRANSIENT_CODES[e.code]}: {_server_message(e)}"
                 if e.code == UNKNOWN_STATUS_OF_INSERT and not retry_after_send:
                     raise self._ambiguous(sql, last) from None
@@ -296,35 +344,51 @@ class ServerStore:
                     raise StoreError(
                         f"TLS with ClickHouse at {self.address} failed: {e}. Check [store.server].secure (the "
                         f"server's TLS port, 9440 by default), ca_certs (the CA that signed the server's "
-                        f"certificate) and verify") from None
+                        f"certificate) and verify"
+                    ) from None
                 last = f"{type(e).__name__}: {e}"
                 if sent and not retry_after_send:
                     raise self._ambiguous(sql, last) from None
             except errors.Error as e:  # client side: a value that does not fit the column, ...
-                raise StoreError(f"ClickHouse client error for {self.address} [{first_line(sql)}]: {e}") from None
+                raise StoreError(
+                    f"ClickHouse client error for {self.address} [{first_line(sql)}]: {e}"
+                ) from None
             if attempt < attempts:
                 delay = min(BACKOFF_FIRST_S * 2 ** (attempt - 1), BACKOFF_MAX_S)
-                log.warning("ClickHouse at %s: [%s] failed (%s); retry %d of %d in %.1f s", self.address,
-                            first_line(sql)[:60], last, attempt, self.config.retries, delay)
+                log.warning(
+                    "ClickHouse at %s: [%s] failed (%s); retry %d of %d in %.1f s",
+                    self.address,
+                    first_line(sql)[:60],
+                    last,
+                    attempt,
+                    self.config.retries,
+                    delay,
+                )
                 time.sleep(delay)
         raise StoreError(
             f"ClickHouse at {self.address} did not answer [{first_line(sql)}] after {attempts} attempts over "
             f"{time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs and listens "
             f"there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its error log "
-            f"(clickhouse-server.err.log). Nothing was committed, so retrying the same load is safe")
+            f"(clickhouse-server.err.log). Nothing was committed, so retrying the same load is safe"
+        )
 
     def _ambiguous(self, sql: str, what: str) -> StoreError:
         return StoreError(
             f"ClickHouse at {self.address}: [{first_line(sql)}] was cut off ({what}). It may or may not have "
-            f"been applied, so it is not retried: rerun the step that issued it once the server answers again")
+            f"been applied, so it is not retried: rerun the step that issued it once the server answers again"
+        )
 
     def _auth_error(self, e) -> StoreError:
-        where = (f"the environment variable {self.config.password_env} ([store.server].password_env)"
-                 if self.config.password_env else "no password: [store.server].password_env is not set")
+        where = (
+            f"the environment variable {self.config.password_env} ([store.server].password_env)"
+            if self.config.password_env
+            else "no password: [store.server].password_env is not set"
+        )
         return StoreError(
             f"ClickHouse at {self.address} refused user {self.config.user!r}: {AUTH_CODES[e.code]} "
             f"(code {e.code}). The password came from {where}; check it, and that the user exists and may "
-            f"connect from this host (users.xml <networks>, or CREATE USER ... HOST)")
+            f"connect from this host (users.xml <networks>, or CREATE USER ... HOST)"
+        )
 
     def close(self) -> None:
         self._client.disconnect()

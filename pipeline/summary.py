@@ -40,16 +40,32 @@ def as_json(store: Store, cluster: str, currency: str) -> dict:
         "currency": currency,
         "categories": list(cats),
         "teams": [
-            {"team": r["team"], "jobs": r["jobs"], "allocated_gpu_seconds": r["allocated_gpu_hours"] * 3600,
-             "goodput_pct": r["goodput_pct"], "cost": r["cost"], "waste_cost": r["waste_cost"],
-             "gpu_seconds": {c: r[f"{c}_gpu_hours"] * 3600 for c in cats}}
+            {
+                "team": r["team"],
+                "jobs": r["jobs"],
+                "allocated_gpu_seconds": r["allocated_gpu_hours"] * 3600,
+                "goodput_pct": r["goodput_pct"],
+                "cost": r["cost"],
+                "waste_cost": r["waste_cost"],
+                "gpu_seconds": {c: r[f"{c}_gpu_hours"] * 3600 for c in cats},
+            }
             for r in teams.iter_rows(named=True)
         ],
         "jobs": [
-            {"job_id": r["job_id"], "team": r["team"], "account": r["account"], "pool": r["pool"],
-             "gpus": r["gpus"], "attempts": r["attempts"], "allocated_gpu_seconds": r["allocated_gpu_seconds"],
-             "goodput_pct": r["goodput_pct"], "sm_active_pct": r["sm_active_pct"], "cost": r["cost"],
-             "waste_cost": r["waste_cost"], "gpu_seconds": {c: r[f"s_{c}"] for c in cats}}
+            {
+                "job_id": r["job_id"],
+                "team": r["team"],
+                "account": r["account"],
+                "pool": r["pool"],
+                "gpus": r["gpus"],
+                "attempts": r["attempts"],
+                "allocated_gpu_seconds": r["allocated_gpu_seconds"],
+                "goodput_pct": r["goodput_pct"],
+                "sm_active_pct": r["sm_active_pct"],
+                "cost": r["cost"],
+                "waste_cost": r["waste_cost"],
+                "gpu_seconds": {c: r[f"s_{c}"] for c in cats},
+            }
             for r in jobs.iter_rows(named=True)
         ],
     }
@@ -58,22 +74,32 @@ def as_json(store: Store, cluster: str, currency: str) -> dict:
 def format_team_table(teams: pl.DataFrame, currency: str) -> str:
     """The demo's terminal table: what a team lead reads first."""
     cats = [c for c in catalog.WASTE_CATEGORIES]
-    head = ["team", "GPU-h", "goodput"] + [c.replace("_", " ") for c in cats] + [f"cost {currency}", f"waste {currency}"]
+    head = (
+        ["team", "GPU-h", "goodput"]
+        + [c.replace("_", " ") for c in cats]
+        + [f"cost {currency}", f"waste {currency}"]
+    )
     rows = []
     for r in teams.iter_rows(named=True):
-        rows.append([r["team"], f"{r['allocated_gpu_hours']:.1f}", f"{r['goodput_pct']:.1f}%"]
-                    + [f"{r[f'{c}_gpu_hours']:.1f}" for c in cats]
-                    + [f"{r['cost']:,.0f}", f"{r['waste_cost']:,.0f}"])
+        rows.append(
+            [r["team"], f"{r['allocated_gpu_hours']:.1f}", f"{r['goodput_pct']:.1f}%"]
+            + [f"{r[f'{c}_gpu_hours']:.1f}" for c in cats]
+            + [f"{r['cost']:,.0f}", f"{r['waste_cost']:,.0f}"]
+        )
     if rows:
         tot_h = teams["allocated_gpu_hours"].sum()
         prod = teams["productive_gpu_hours"].sum()
-        rows.append(["TOTAL", f"{tot_h:.1f}", f"{100 * prod / max(tot_h, 1e-9):.1f}%"]
-                    + [f"{teams[f'{c}_gpu_hours'].sum():.1f}" for c in cats]
-                    + [f"{teams['cost'].sum():,.0f}", f"{teams['waste_cost'].sum():,.0f}"])
+        rows.append(
+            ["TOTAL", f"{tot_h:.1f}", f"{100 * prod / max(tot_h, 1e-9):.1f}%"]
+            + [f"{teams[f'{c}_gpu_hours'].sum():.1f}" for c in cats]
+            + [f"{teams['cost'].sum():,.0f}", f"{teams['waste_cost'].sum():,.0f}"]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
 
     def line(cells: list) -> str:
-        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
 
     out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
     out.insert(len(out) - 1, line(["-" * w for w in widths]))

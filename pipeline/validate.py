@@ -24,8 +24,15 @@ from contracts.schema import KINDS, SCHEMA_VERSION, Field, Kind
 from pipeline.ddl import arrow_type, column_name
 
 MAX_MESSAGE_BYTES = 16 * 2**20
-_ENVELOPE_TYPES = {"schema_version": int, "kind": str, "cluster": str, "node": str, "seq": int,
-                   "sent_ms": int, "columns": dict}
+_ENVELOPE_TYPES = {
+    "schema_version": int,
+    "kind": str,
+    "cluster": str,
+    "node": str,
+    "seq": int,
+    "sent_ms": int,
+    "columns": dict,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +79,11 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as e:
         if _NON_FINITE.search(value) or "infinity" in str(e):
-            return Rejected("non_finite", "NaN, Infinity or a number beyond the double range is not valid JSON: "
-                                          "send null for a value not measured")
+            return Rejected(
+                "non_finite",
+                "NaN, Infinity or a number beyond the double range is not valid JSON: "
+                "send null for a value not measured",
+            )
         return Rejected("not_json", f"not a JSON envelope: {e}")
     if not isinstance(doc, dict):
         return Rejected("bad_envelope", f"top level is {type(doc).__name__}, expected an object")
@@ -82,9 +92,13 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
             return Rejected("bad_envelope", f"envelope field {name!r} is missing")
         v = doc[name]
         if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-            return Rejected("bad_envelope", f"envelope field {name!r} is {type(v).__name__}, expected {typ.__name__}")
+            return Rejected(
+                "bad_envelope", f"envelope field {name!r} is {type(v).__name__}, expected {typ.__name__}"
+            )
     if doc["schema_version"] != SCHEMA_VERSION:
-        return Rejected("unknown_version", f"schema_version {doc['schema_version']}; this loader reads {SCHEMA_VERSION}")
+        return Rejected(
+            "unknown_version", f"schema_version {doc['schema_version']}; this loader reads {SCHEMA_VERSION}"
+        )
     kind = KINDS.get(doc["kind"])
     if kind is None:
         return Rejected("unknown_kind", f"kind {doc['kind']!r} is not one of {', '.join(KINDS)}")
@@ -92,12 +106,18 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         return Rejected("kind_mismatch", f"a {kind.name} batch arrived on the {expected_kind} topic")
     for name in ("cluster", "node"):
         if not doc[name] or len(doc[name]) > limits.max_str_len:
-            return Rejected("bad_envelope", f"envelope field {name!r} is empty or longer than "
-                                            f"{limits.max_str_len} characters")
+            return Rejected(
+                "bad_envelope",
+                f"envelope field {name!r} is empty or longer than {limits.max_str_len} characters",
+            )
     if limits.cluster and doc["cluster"] != limits.cluster:
-        return Rejected("unknown_cluster", f"cluster {doc['cluster']!r}; this loader serves {limits.cluster!r}")
+        return Rejected(
+            "unknown_cluster", f"cluster {doc['cluster']!r}; this loader serves {limits.cluster!r}"
+        )
     if limits.known_nodes is not None and doc["node"] not in limits.known_nodes:
-        return Rejected("unknown_node", f"node {doc['node']!r} is in no pool and not a control node of the config")
+        return Rejected(
+            "unknown_node", f"node {doc['node']!r} is in no pool and not a control node of the config"
+        )
     if doc["seq"] < 0:
         return Rejected("bad_envelope", f"seq {doc['seq']} is negative")
     if not 0 <= doc["sent_ms"] < 2**63:
@@ -105,7 +125,9 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
     columns = doc["columns"]
     unknown = sorted(set(columns) - {f.name for f in kind.fields})
     if unknown:
-        return Rejected("unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{SCHEMA_VERSION}")
+        return Rejected(
+            "unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{SCHEMA_VERSION}"
+        )
     lengths = set()
     for name, vals in columns.items():
         if not isinstance(vals, list):
@@ -124,8 +146,16 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
             return Rejected("missing_field", f"required field {name!r} is absent")
         if None in vals:
             return Rejected("missing_field", f"required field {name!r} is null in row {vals.index(None)}")
-    return Envelope(kind.name, doc["cluster"], doc["node"], doc["seq"], doc["sent_ms"],
-                    str(doc.get("agent", "")), columns, rows)
+    return Envelope(
+        kind.name,
+        doc["cluster"],
+        doc["node"],
+        doc["seq"],
+        doc["sent_ms"],
+        str(doc.get("agent", "")),
+        columns,
+        rows,
+    )
 
 
 def _inferred_ok(field_type: str, t: pa.DataType) -> bool:
@@ -153,7 +183,9 @@ def _field_array(f: Field, values: list, typ: pa.DataType) -> pa.Array:
         arr = arr.cast(typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError) as ex:
         raise ValueError(f"bad_type: field {f.name!r} ({f.type}): {ex}") from None
-    if f.type == "int_list":  # stored as Array(Int32): a null list is an absent one, a null element is an error
+    if (
+        f.type == "int_list"
+    ):  # stored as Array(Int32): a null list is an absent one, a null element is an error
         if pc.list_flatten(arr).null_count:
             raise ValueError(f"bad_type: field {f.name!r} (int_list) has a null element")
         if arr.null_count:
@@ -202,8 +234,10 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
     sent = np.fromiter((e.sent_ms for e in envs), np.int64, len(envs))
     lo, hi = now_ms - limits.max_past_ms, now_ms + limits.max_future_ms
     if sent.min() < lo or sent.max() > hi:
-        raise ValueError(f"out_of_range: sent_ms range [{sent.min()}, {sent.max()}] is outside "
-                         f"[now-{limits.max_past_ms // 1000}s, now+{limits.max_future_ms // 1000}s]")
+        raise ValueError(
+            f"out_of_range: sent_ms range [{sent.min()}, {sent.max()}] is outside "
+            f"[now-{limits.max_past_ms // 1000}s, now+{limits.max_future_ms // 1000}s]"
+        )
     arrays: dict[str, pa.Array] = {
         "cluster": _per_row([e.cluster for e in envs], pa.string(), rows),
         kind.sender_column: _per_row([e.node for e in envs], pa.string(), rows),
@@ -223,8 +257,9 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
     return pa.table(arrays)
 
 
-def to_tables(envs: Iterable[Envelope], now_ms: int, limits: Limits
-              ) -> tuple[dict[str, pa.Table], list[tuple[Envelope, Rejected]]]:
+def to_tables(
+    envs: Iterable[Envelope], now_ms: int, limits: Limits
+) -> tuple[dict[str, pa.Table], list[tuple[Envelope, Rejected]]]:
     """Converts decoded envelopes to one table per kind; returns (tables, rejected envelopes)."""
     by_kind: dict[str, list[Envelope]] = {}
     for e in envs:

@@ -41,8 +41,15 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
 """SASL_PLAINTEXT is left out on purpose: with PLAIN it sends the password in clear text."""
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 COMPRESSIONS = ("zstd", "lz4")
-_SECRET_KEYS = ("password", "sasl_password", "sasl_plain_password", "ssl_password", "sasl_username",
-                "sasl_plain_username", "username")
+_SECRET_KEYS = (
+    "password",
+    "sasl_password",
+    "sasl_plain_password",
+    "ssl_password",
+    "sasl_username",
+    "sasl_plain_username",
+    "username",
+)
 """Keys refused in the file: each has an `<key>_env` form that names an environment variable."""
 
 
@@ -107,7 +114,9 @@ class KafkaSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"transport.kafka: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"transport.kafka: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         if not data.get("bootstrap"):
             raise ValueError("transport.kafka.bootstrap is required: a comma-separated list of host:port")
         s = cls(**data)
@@ -116,26 +125,40 @@ class KafkaSettings:
 
     def _validate(self) -> None:
         if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(f"transport.kafka.security_protocol={self.security_protocol!r}; "
-                             f"one of {', '.join(SECURITY_PROTOCOLS)}")
+            raise ValueError(
+                f"transport.kafka.security_protocol={self.security_protocol!r}; "
+                f"one of {', '.join(SECURITY_PROTOCOLS)}"
+            )
         if self.security_protocol == "SASL_SSL":
             if self.sasl_mechanism not in SASL_MECHANISMS:
-                raise ValueError(f"transport.kafka.sasl_mechanism={self.sasl_mechanism!r}: SASL_SSL needs one of "
-                                 f"{', '.join(SASL_MECHANISMS)}")
+                raise ValueError(
+                    f"transport.kafka.sasl_mechanism={self.sasl_mechanism!r}: SASL_SSL needs one of "
+                    f"{', '.join(SASL_MECHANISMS)}"
+                )
             if not (self.sasl_username_env and self.sasl_password_env):
-                raise ValueError("transport.kafka: SASL_SSL needs sasl_username_env and sasl_password_env "
-                                 "(names of environment variables holding the credentials)")
+                raise ValueError(
+                    "transport.kafka: SASL_SSL needs sasl_username_env and sasl_password_env "
+                    "(names of environment variables holding the credentials)"
+                )
         elif self.sasl_mechanism is not None:
-            raise ValueError(f"transport.kafka.sasl_mechanism is set but security_protocol is "
-                             f"{self.security_protocol}; use SASL_SSL")
+            raise ValueError(
+                f"transport.kafka.sasl_mechanism is set but security_protocol is "
+                f"{self.security_protocol}; use SASL_SSL"
+            )
         if self.compression not in COMPRESSIONS:
-            raise ValueError(f"transport.kafka.compression={self.compression!r}; one of {', '.join(COMPRESSIONS)}")
+            raise ValueError(
+                f"transport.kafka.compression={self.compression!r}; one of {', '.join(COMPRESSIONS)}"
+            )
         if not 1 <= self.max_in_flight <= 5:
-            raise ValueError("transport.kafka.max_in_flight must be 1..5: more turns the idempotent producer off")
+            raise ValueError(
+                "transport.kafka.max_in_flight must be 1..5: more turns the idempotent producer off"
+            )
         if self.delivery_timeout_ms < self.request_timeout_ms + self.linger_ms:
             raise ValueError("transport.kafka.delivery_timeout_ms must be >= request_timeout_ms + linger_ms")
         if not 3 * self.heartbeat_interval_ms <= self.session_timeout_ms:
-            raise ValueError("transport.kafka.heartbeat_interval_ms must be at most a third of session_timeout_ms")
+            raise ValueError(
+                "transport.kafka.heartbeat_interval_ms must be at most a third of session_timeout_ms"
+            )
 
     @property
     def servers(self) -> list[str]:
@@ -171,17 +194,26 @@ class KafkaSettings:
         hint = f"check that the brokers at {self.bootstrap} are up and reachable"
         if self.security_protocol != "PLAINTEXT":
             hint += f", that they expect {self.security_protocol}"
-            hint += (f", that ssl_cafile ({self.ssl_cafile}) signed their certificate" if self.ssl_cafile
-                     else ", that the system CAs trust their certificate (else set ssl_cafile)")
+            hint += (
+                f", that ssl_cafile ({self.ssl_cafile}) signed their certificate"
+                if self.ssl_cafile
+                else ", that the system CAs trust their certificate (else set ssl_cafile)"
+            )
         if self.security_protocol == "SASL_SSL":
-            hint += (f" with {self.sasl_mechanism}, and that ${self.sasl_username_env} / "
-                     f"${self.sasl_password_env} hold valid credentials")
+            hint += (
+                f" with {self.sasl_mechanism}, and that ${self.sasl_username_env} / "
+                f"${self.sasl_password_env} hold valid credentials"
+            )
         return hint + " (transport.kafka in the config)"
 
 
 def _env_key(key: str) -> str:
-    return {"password": "sasl_password_env", "sasl_plain_password": "sasl_password_env",
-            "sasl_plain_username": "sasl_username_env", "username": "sasl_username_env"}.get(key, f"{key}_env")
+    return {
+        "password": "sasl_password_env",
+        "sasl_plain_password": "sasl_password_env",
+        "sasl_plain_username": "sasl_username_env",
+        "username": "sasl_username_env",
+    }.get(key, f"{key}_env")
 
 
 def _why(e: BaseException) -> str:
@@ -194,7 +226,9 @@ def _why(e: BaseException) -> str:
 def _secret(env: Mapping[str, str], var: str | None, key: str) -> str:
     value = env.get(var or "")
     if not value:
-        raise TransportError(f"environment variable {var!r} (named by transport.kafka.{key}) is not set or empty")
+        raise TransportError(
+            f"environment variable {var!r} (named by transport.kafka.{key}) is not set or empty"
+        )
     return value
 
 
@@ -216,8 +250,13 @@ class KafkaProducerTransport:
     record is in exactly one of: delivered, still pending in the producer, or handed back in an error.
     """
 
-    def __init__(self, settings: KafkaSettings | Mapping[str, Any] | str, *,
-                 env: Mapping[str, str] | None = None, client_id: str | None = None):
+    def __init__(
+        self,
+        settings: KafkaSettings | Mapping[str, Any] | str,
+        *,
+        env: Mapping[str, str] | None = None,
+        client_id: str | None = None,
+    ):
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
@@ -251,7 +290,10 @@ class KafkaProducerTransport:
     @property
     def idempotent(self) -> bool:
         """Whether the underlying producer really runs idempotent (kafka-python can turn it off)."""
-        return bool(self._producer.config["enable_idempotence"]) and self._producer._transaction_manager is not None
+        return (
+            bool(self._producer.config["enable_idempotence"])
+            and self._producer._transaction_manager is not None
+        )
 
     @property
     def pending_bytes(self) -> int:
@@ -287,7 +329,9 @@ class KafkaProducerTransport:
         future.add_callback(lambda _meta: self._settle(size))
         future.add_errback(lambda exc: self._settle(size, (seq, record, exc)))
 
-    def _settle(self, size: int, failure: tuple[int, tuple[str, bytes, bytes], BaseException] | None = None) -> None:
+    def _settle(
+        self, size: int, failure: tuple[int, tuple[str, bytes, bytes], BaseException] | None = None
+    ) -> None:
         with self._lock:
             self._pending_bytes -= size
             self._pending_count -= 1
@@ -345,9 +389,16 @@ class KafkaConsumerTransport:
     drops the duplicates.
     """
 
-    def __init__(self, settings: KafkaSettings | Mapping[str, Any] | str, topics: Iterable[str], *,
-                 group_id: str | None = None, env: Mapping[str, str] | None = None,
-                 client_id: str | None = None, auto_offset_reset: str = "earliest"):
+    def __init__(
+        self,
+        settings: KafkaSettings | Mapping[str, Any] | str,
+        topics: Iterable[str],
+        *,
+        group_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+        client_id: str | None = None,
+        auto_offset_reset: str = "earliest",
+    ):
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
@@ -371,8 +422,7 @@ class KafkaConsumerTransport:
             )
         except KafkaError as e:
             raise TransportError(
-                f"Kafka consumer (group {self.group_id}) could not start: {_why(e)}; "
-                f"{s.what_to_check()}"
+                f"Kafka consumer (group {self.group_id}) could not start: {_why(e)}; {s.what_to_check()}"
             ) from e
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
@@ -384,8 +434,9 @@ class KafkaConsumerTransport:
         try:
             batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as e:
-            raise TransportError(f"Kafka poll (group {self.group_id}) failed: {_why(e)}; "
-                                 f"{self.settings.what_to_check()}") from e
+            raise TransportError(
+                f"Kafka poll (group {self.group_id}) failed: {_why(e)}; {self.settings.what_to_check()}"
+            ) from e
         return [
             Record(tp.topic, tp.partition, m.offset, m.key, m.value)
             for tp, msgs in batches.items()
@@ -442,8 +493,9 @@ class KafkaConsumerTransport:
                 out[(tp.topic, tp.partition)] = max(0, end[tp] - start)
             return out
         except KafkaError as e:
-            raise TransportError(f"Kafka lag query (group {self.group_id}) failed: {_why(e)}; "
-                                 f"{self.settings.what_to_check()}") from e
+            raise TransportError(
+                f"Kafka lag query (group {self.group_id}) failed: {_why(e)}; {self.settings.what_to_check()}"
+            ) from e
 
     def close(self) -> None:
         """Leaves the group (so its partitions move at once) without committing anything."""
@@ -479,15 +531,22 @@ def ensure_topics(
         missing = [n for n in names if n not in existing]
         if missing:
             result = admin.create_topics(
-                {n: {"num_partitions": partitions, "replication_factor": replication_factor} for n in missing},
+                {
+                    n: {"num_partitions": partitions, "replication_factor": replication_factor}
+                    for n in missing
+                },
                 raise_errors=False,
             )
             errors = [t for t in result["topics"] if t["error_code"] not in (0, 36)]  # 36: already exists
             if errors:
-                detail = "; ".join(f"{t['name']}: error {t['error_code']} {t.get('error_message') or ''}".strip()
-                                   for t in errors)
-                raise TransportError(f"Kafka could not create topics: {detail}; check the brokers' "
-                                     f"replication settings and this client's CREATE permission on {s.bootstrap}")
+                detail = "; ".join(
+                    f"{t['name']}: error {t['error_code']} {t.get('error_message') or ''}".strip()
+                    for t in errors
+                )
+                raise TransportError(
+                    f"Kafka could not create topics: {detail}; check the brokers' "
+                    f"replication settings and this client's CREATE permission on {s.bootstrap}"
+                )
             admin.wait_for_topics(missing, timeout_ms=30_000)
             log.info("created Kafka topics %s with %d partitions", ", ".join(missing), partitions)
         return {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names)}

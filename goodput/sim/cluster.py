@@ -14,15 +14,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from goodput.sim.scheduler import CKPT, GANG, RESTART, RUN, STARTUP, Job, Scheduler
 from contracts.catalog import CATEGORIES
 from contracts.config import Config
+from goodput.sim.scheduler import CKPT, GANG, RESTART, RUN, STARTUP, Job, Scheduler
 
 # Category codes of the truth/activity arrays: index into CODES; 0 means not allocated.
 CODES = ("unallocated",) + CATEGORIES
 C = {name: i for i, name in enumerate(CODES)}
-_PHASE_CODE = {GANG: C["gang_wait"], STARTUP: C["startup"], RUN: C["productive"], CKPT: C["checkpoint"],
-               RESTART: C["retry_waste"]}
+_PHASE_CODE = {
+    GANG: C["gang_wait"],
+    STARTUP: C["startup"],
+    RUN: C["productive"],
+    CKPT: C["checkpoint"],
+    RESTART: C["retry_waste"],
+}
 
 
 @dataclass(frozen=True)
@@ -83,10 +88,10 @@ class SimResult:
     node_ib: np.ndarray
     jobs: list[Job]
     events: list[dict]
-    job_of: np.ndarray        # (nodes, T) int32, -1 when no job holds the node
-    activity: np.ndarray      # (nodes, 8, T) int8: what the GPU physically did
-    truth: np.ndarray         # (nodes, 8, T) int8: the category it counts as
-    alive: np.ndarray         # (nodes, T) bool: the node's agent is up and reporting
+    job_of: np.ndarray  # (nodes, T) int32, -1 when no job holds the node
+    activity: np.ndarray  # (nodes, 8, T) int8: what the GPU physically did
+    truth: np.ndarray  # (nodes, 8, T) int8: the category it counts as
+    alive: np.ndarray  # (nodes, T) bool: the node's agent is up and reporting
     f_data: dict[str, np.ndarray]
     f_comm: dict[str, np.ndarray]
     stragglers: list[Straggler]
@@ -119,27 +124,31 @@ def _jobs(cfg: SimConfig, config: Config, pools: dict[str, list[int]], rng: np.r
         for s in sorted(submits):
             nodes = int(rng.choice(sizes, p=weights))
             i = len(jobs)
-            jobs.append(Job(
-                index=i,
-                job_id=f"{pool.name[:3]}-{100000 + i}",
-                pool=pool.name,
-                account=str(rng.choice(cfg.accounts)),
-                priority=int(rng.integers(1, 4)),
-                nodes_needed=nodes,
-                submit_s=s,
-                run_s=int(np.clip(rng.lognormal(math.log(mean_run), 0.6), 600, 6 * 3600)),
-                healthy_busy=float(rng.uniform(55, 95)),
-                storage_demand=float(nodes * 8 * per_gpu_storage * cfg.storage_demand_scale
-                                     * rng.lognormal(-0.1, 0.5)),
-                traffic_fraction=float(min(0.95, rng.uniform(0.2, 0.7) * cfg.network_demand_scale))
-                if nodes > 1 else 0.0,
-                ckpt_every_s=int(rng.integers(600, 1800)),
-                ckpt_s=int(rng.integers(20, 90)),
-                startup_s=int(rng.integers(60, 240)),
-                restore_s=int(rng.integers(60, 180)),
-                rendezvous_s=int(rng.integers(5, 30)),
-                partial_ok=bool(rng.random() < cfg.partial_allocation_probability),
-            ))
+            jobs.append(
+                Job(
+                    index=i,
+                    job_id=f"{pool.name[:3]}-{100000 + i}",
+                    pool=pool.name,
+                    account=str(rng.choice(cfg.accounts)),
+                    priority=int(rng.integers(1, 4)),
+                    nodes_needed=nodes,
+                    submit_s=s,
+                    run_s=int(np.clip(rng.lognormal(math.log(mean_run), 0.6), 600, 6 * 3600)),
+                    healthy_busy=float(rng.uniform(55, 95)),
+                    storage_demand=float(
+                        nodes * 8 * per_gpu_storage * cfg.storage_demand_scale * rng.lognormal(-0.1, 0.5)
+                    ),
+                    traffic_fraction=float(min(0.95, rng.uniform(0.2, 0.7) * cfg.network_demand_scale))
+                    if nodes > 1
+                    else 0.0,
+                    ckpt_every_s=int(rng.integers(600, 1800)),
+                    ckpt_s=int(rng.integers(20, 90)),
+                    startup_s=int(rng.integers(60, 240)),
+                    restore_s=int(rng.integers(60, 180)),
+                    rendezvous_s=int(rng.integers(5, 30)),
+                    partial_ok=bool(rng.random() < cfg.partial_allocation_probability),
+                )
+            )
     for pf in cfg.planned_failures:
         jobs[pf.job_index].fail_at_running_s.append((pf.after_running_s, pf.kind))
     return jobs
@@ -156,9 +165,13 @@ def scaled_config(config: Config, gpus: int) -> Config:
     for p, n in zip(config.pools, counts):
         stem = p.nodes[0].rstrip("0123456789")
         width = len(p.nodes[0]) - len(stem)
-        pools.append(dataclasses.replace(
-            p, nodes=tuple(f"{stem}{i:0{width}d}" for i in range(1, n + 1)),
-            storage_ceiling_bytes_per_s=p.storage_ceiling_bytes_per_s * n / len(p.nodes)))
+        pools.append(
+            dataclasses.replace(
+                p,
+                nodes=tuple(f"{stem}{i:0{width}d}" for i in range(1, n + 1)),
+                storage_ceiling_bytes_per_s=p.storage_ceiling_bytes_per_s * n / len(p.nodes),
+            )
+        )
     return dataclasses.replace(config, pools=tuple(pools))
 
 
@@ -176,8 +189,15 @@ def simulate(cfg: SimConfig, config: Config) -> SimResult:
     node_pool = [p.name for p in config.pools for _ in p.nodes]
     pools = {p.name: [i for i, pn in enumerate(node_pool) if pn == p.name] for p in config.pools}
     jobs = _jobs(cfg, config, pools, rng)
-    sched = Scheduler(pools=pools, node_names=node_names, jobs=jobs, horizon_s=T, start_ms=cfg.start_ms,
-                      rng=rng, failures_per_node_hour=cfg.failures_per_node_hour)
+    sched = Scheduler(
+        pools=pools,
+        node_names=node_names,
+        jobs=jobs,
+        horizon_s=T,
+        start_ms=cfg.start_ms,
+        rng=rng,
+        failures_per_node_hour=cfg.failures_per_node_hour,
+    )
     sched.run()
 
     N = len(node_names)
@@ -200,13 +220,14 @@ def simulate(cfg: SimConfig, config: Config) -> SimResult:
         marks = job.phase_log + [(T, -1)]
         for (t0, code), (t1, _) in zip(marks, marks[1:]):
             if code in _PHASE_CODE:
-                ph[t0:min(t1, T)] = _PHASE_CODE[code]
+                ph[t0 : min(t1, T)] = _PHASE_CODE[code]
         phase[job.index] = ph
         running = ph == C["productive"]
         storage_demand[job.pool] += running * job.storage_demand
         tier = tiers[job.pool]
-        net_demand[job.pool] += running * (job.traffic_fraction * job.nodes_needed * tier.links_per_node
-                                           * tier.link_gbps * 1e9 / 8)
+        net_demand[job.pool] += running * (
+            job.traffic_fraction * job.nodes_needed * tier.links_per_node * tier.link_gbps * 1e9 / 8
+        )
     f_data, f_comm = {}, {}
     for pool in config.pools:
         tier = tiers[pool.name]
@@ -227,9 +248,16 @@ def simulate(cfg: SimConfig, config: Config) -> SimResult:
         held = [n for n, a, b in job.allocations if a <= t0 < b]
         if not held:
             continue
-        stragglers.append(Straggler(job.index, held[int(rng.integers(len(held)))], int(rng.integers(8)),
-                                    t0, min(T, t0 + int(rng.integers(180, 900))),
-                                    float(rng.uniform(1.25, 1.6))))
+        stragglers.append(
+            Straggler(
+                job.index,
+                held[int(rng.integers(len(held)))],
+                int(rng.integers(8)),
+                t0,
+                min(T, t0 + int(rng.integers(180, 900))),
+                float(rng.uniform(1.25, 1.6)),
+            )
+        )
 
     for job in jobs:
         if job.index not in phase:
@@ -247,7 +275,7 @@ def simulate(cfg: SimConfig, config: Config) -> SimResult:
         fs = np.zeros(T)
         mine = [s for s in stragglers if s.job == job.index]
         for s in mine:
-            fs[s.start:s.end] = np.maximum(fs[s.start:s.end], 1.0 - 1.0 / s.slowdown)
+            fs[s.start : s.end] = np.maximum(fs[s.start : s.end], 1.0 - 1.0 / s.slowdown)
         straggle = run & (u >= fd + fc) & (u < fd + fc + fs)
         act_job[straggle] = C["comm_stall"]
         lost = np.zeros(T, dtype=bool)
@@ -261,8 +289,21 @@ def simulate(cfg: SimConfig, config: Config) -> SimResult:
                     sl = slice(max(a, s.start), min(b, s.end))
                     activity[n, s.gpu, sl] = np.where(straggle[sl], C["productive"], activity[n, s.gpu, sl])
             truth[n, :, a:b] = np.where(lost[a:b], C["retry_waste"], activity[n, :, a:b])
-    return SimResult(cfg, config, node_names, node_pool,
-                     np.array([config.gpu_types[config.node_pool()[n].gpu_type].has_gpm for n in node_names]),
-                     np.array([tiers[p].link_layer == "InfiniBand" for p in node_pool]),
-                     jobs, sorted(sched.events, key=lambda e: e["ts_ms"]), job_of, activity, truth, alive,
-                     f_data, f_comm, stragglers, sched.failures)
+    return SimResult(
+        cfg,
+        config,
+        node_names,
+        node_pool,
+        np.array([config.gpu_types[config.node_pool()[n].gpu_type].has_gpm for n in node_names]),
+        np.array([tiers[p].link_layer == "InfiniBand" for p in node_pool]),
+        jobs,
+        sorted(sched.events, key=lambda e: e["ts_ms"]),
+        job_of,
+        activity,
+        truth,
+        alive,
+        f_data,
+        f_comm,
+        stragglers,
+        sched.failures,
+    )

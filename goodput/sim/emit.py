@@ -14,10 +14,10 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from goodput.sim.cluster import CODES, SimResult
-from goodput.sim.signals import ROCE_ONLY, SignalState, gpu_columns, nic_columns, storage_columns
 from contracts.envelope import encode_batch
 from contracts.schema import topic_for
+from goodput.sim.cluster import CODES, SimResult
+from goodput.sim.signals import ROCE_ONLY, SignalState, gpu_columns, nic_columns, storage_columns
 
 AGENT = "goodput-sim/0.1.0"
 GPM_FIELDS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct")
@@ -29,24 +29,34 @@ def _rows_by_time(arr: np.ndarray) -> np.ndarray:
     return arr.T.reshape(-1)
 
 
-def messages(res: SimResult, progress: Callable[[int, int], None] | None = None,
-             topic_prefix: str = "goodput") -> Iterator[tuple[str, bytes, bytes]]:
+def messages(
+    res: SimResult, progress: Callable[[int, int], None] | None = None, topic_prefix: str = "goodput"
+) -> Iterator[tuple[str, bytes, bytes]]:
     """Yields (topic, key, value) for every batch of the run, in time order."""
     cfg, config = res.cfg, res.config
     st = SignalState(res)
     seq: dict[tuple[str, str], int] = defaultdict(int)
     sender = config.control_nodes[0] if config.control_nodes else "scheduler"
     node_pool = config.node_pool()
-    uuids = [[f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{config.cluster}.{n}.{g}')}" for g in range(8)]
-             for n in res.node_names]
+    uuids = [
+        [f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{config.cluster}.{n}.{g}')}" for g in range(8)]
+        for n in res.node_names
+    ]
     events = res.events
     ei = 0
     T = cfg.horizon_s
 
     def envelope(kind: str, node: str, columns: dict, t1: int) -> tuple[str, bytes, bytes]:
         key = (node, kind)
-        value = encode_batch(kind=kind, cluster=config.cluster, node=node, seq=seq[key],
-                             sent_ms=cfg.start_ms + t1 * 1000, columns=columns, agent=AGENT)
+        value = encode_batch(
+            kind=kind,
+            cluster=config.cluster,
+            node=node,
+            seq=seq[key],
+            sent_ms=cfg.start_ms + t1 * 1000,
+            columns=columns,
+            agent=AGENT,
+        )
         seq[key] += 1
         return topic_for(kind, topic_prefix), node.encode(), value
 
@@ -70,9 +80,12 @@ def messages(res: SimResult, progress: Callable[[int, int], None] | None = None,
                 continue
             keep8 = np.repeat(alive, 8)
             pool = node_pool[node]
-            gcols = {"ts_ms": np.repeat(ts, 8)[keep8], "gpu": np.tile(np.arange(8), t1 - t0)[keep8],
-                     "uuid": [uuids[n][g] for g in range(8)] * int(alive.sum()),
-                     "model": [GPU_MODEL.get(pool.gpu_type, pool.gpu_type)] * int(keep8.sum())}
+            gcols = {
+                "ts_ms": np.repeat(ts, 8)[keep8],
+                "gpu": np.tile(np.arange(8), t1 - t0)[keep8],
+                "uuid": [uuids[n][g] for g in range(8)] * int(alive.sum()),
+                "model": [GPU_MODEL.get(pool.gpu_type, pool.gpu_type)] * int(keep8.sum()),
+            }
             jid = np.where(has_proc[n], st.job_ids[job[n]][None, :], None)
             gcols["job_id"] = _rows_by_time(jid)[keep8]
             for name, arr in gpu.items():
@@ -87,11 +100,13 @@ def messages(res: SimResult, progress: Callable[[int, int], None] | None = None,
                 gcols["xid"] = _rows_by_time(xid)[keep8]
             yield envelope("gpu", node, gcols, t1)
             ib = bool(res.node_ib[n])
-            ncols = {"ts_ms": np.repeat(ts, 8)[keep8],
-                     "device": [f"mlx5_{p}" for p in range(8)] * int(alive.sum()),
-                     "port": [1] * int(keep8.sum()),
-                     "link_layer": ["InfiniBand" if ib else "Ethernet"] * int(keep8.sum()),
-                     "state": ["ACTIVE"] * int(keep8.sum())}
+            ncols = {
+                "ts_ms": np.repeat(ts, 8)[keep8],
+                "device": [f"mlx5_{p}" for p in range(8)] * int(alive.sum()),
+                "port": [1] * int(keep8.sum()),
+                "link_layer": ["InfiniBand" if ib else "Ethernet"] * int(keep8.sum()),
+                "state": ["ACTIVE"] * int(keep8.sum()),
+            }
             for name, arr in nic.items():
                 if ib and name in ROCE_ONLY:
                     continue
@@ -99,14 +114,24 @@ def messages(res: SimResult, progress: Callable[[int, int], None] | None = None,
             yield envelope("nic", node, ncols, t1)
             k = int(alive.sum())
             scols: dict[str, list] = defaultdict(list)
-            for source, device, fields in (("disk", "nvme0n1", storage["disk"]),
-                                           ("nfs", "/mnt/datasets", storage["nfs"]),
-                                           ("psi", "io", storage["psi"])):
+            for source, device, fields in (
+                ("disk", "nvme0n1", storage["disk"]),
+                ("nfs", "/mnt/datasets", storage["nfs"]),
+                ("psi", "io", storage["psi"]),
+            ):
                 scols["ts_ms"].extend(ts[alive].tolist())
                 scols["source"].extend([source] * k)
                 scols["device"].extend([device] * k)
-                for name in ("read_bytes_per_s", "write_bytes_per_s", "read_ops_per_s", "write_ops_per_s",
-                             "read_latency_ms", "busy_pct", "psi_some_pct", "psi_full_pct"):
+                for name in (
+                    "read_bytes_per_s",
+                    "write_bytes_per_s",
+                    "read_ops_per_s",
+                    "write_ops_per_s",
+                    "read_latency_ms",
+                    "busy_pct",
+                    "psi_some_pct",
+                    "psi_full_pct",
+                ):
                     arr = fields.get(name)
                     scols[name].extend(arr[n][alive].tolist() if arr is not None else [None] * k)
             yield envelope("storage", node, scols, t1)

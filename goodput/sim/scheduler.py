@@ -83,9 +83,19 @@ class Failure:
 
 
 class Scheduler:
-    def __init__(self, *, pools: dict[str, list[int]], node_names: list[str], jobs: list[Job],
-                 horizon_s: int, start_ms: int, rng: np.random.Generator, max_restarts: int = 3,
-                 repair_s: int = 1800, failures_per_node_hour: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        pools: dict[str, list[int]],
+        node_names: list[str],
+        jobs: list[Job],
+        horizon_s: int,
+        start_ms: int,
+        rng: np.random.Generator,
+        max_restarts: int = 3,
+        repair_s: int = 1800,
+        failures_per_node_hour: float = 0.0,
+    ) -> None:
         self.pools = pools
         self.node_names = node_names
         self.jobs = jobs
@@ -104,9 +114,17 @@ class Scheduler:
 
     # ---- events -------------------------------------------------------------------------------
     def _event(self, t: int, job: Job, event: str, **extra) -> None:
-        row = {"ts_ms": self.start_ms + t * 1000, "job_id": job.job_id, "event": event,
-               "attempt": job.attempt, "account": job.account, "queue": job.pool,
-               "priority": job.priority, "gpus_requested": job.nodes_needed * 8, "source": "sim"}
+        row = {
+            "ts_ms": self.start_ms + t * 1000,
+            "job_id": job.job_id,
+            "event": event,
+            "attempt": job.attempt,
+            "account": job.account,
+            "queue": job.pool,
+            "priority": job.priority,
+            "gpus_requested": job.nodes_needed * 8,
+            "source": "sim",
+        }
         row.update(extra)
         self.events.append(row)
 

@@ -15,9 +15,9 @@ import numpy as np
 from goodput.sim.cluster import C, SimResult
 
 
-
 def line_rate_bytes(gbps):
     return gbps * 1e9 / 8
+
 
 _TRAINING = (C["productive"], C["data_stall"], C["comm_stall"])
 _HAS_PROCESS = _TRAINING + (C["checkpoint"], C["startup"])
@@ -44,12 +44,13 @@ class SignalState:
         tiers = {p.name: res.config.network_tiers[p.network_tier] for p in res.config.pools}
         self.link_gbps = np.array([tiers[p].link_gbps for p in res.node_pool])
         self.link_layer = [tiers[p].link_layer for p in res.node_pool]
-        self.mem_total = np.array([res.config.gpu_types[res.config.node_pool()[n].gpu_type].memory_bytes
-                                   for n in res.node_names])
+        self.mem_total = np.array(
+            [res.config.gpu_types[res.config.node_pool()[n].gpu_type].memory_bytes for n in res.node_names]
+        )
         self.strag_mask = np.zeros((n, 8, res.cfg.horizon_s), dtype=bool)
         for s in res.stragglers:
-            held = res.job_of[s.node, s.start:s.end] == s.job
-            self.strag_mask[s.node, s.gpu, s.start:s.end] = held
+            held = res.job_of[s.node, s.start : s.end] == s.job
+            self.strag_mask[s.node, s.gpu, s.start : s.end] = held
         self.xid = {(f.node, f.gpu, f.t): 79 for f in res.failures if f.kind == "xid"}
 
 
@@ -134,8 +135,13 @@ def nic_columns(st: SignalState, t0: int, t1: int) -> dict[str, np.ndarray]:
     }
 
 
-ROCE_ONLY = ("ecn_marked_per_s", "cnp_sent_per_s", "cnp_handled_per_s", "pfc_pause_rx_per_s",
-             "pfc_pause_us_per_s")
+ROCE_ONLY = (
+    "ecn_marked_per_s",
+    "cnp_sent_per_s",
+    "cnp_handled_per_s",
+    "pfc_pause_rx_per_s",
+    "pfc_pause_us_per_s",
+)
 
 
 def storage_columns(st: SignalState, t0: int, t1: int) -> dict[str, dict[str, np.ndarray]]:

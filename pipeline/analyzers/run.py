@@ -17,15 +17,26 @@ from pathlib import Path
 import pyarrow as pa
 
 from contracts import catalog
-from pipeline import ddl
 from contracts.config import Config
+from pipeline import ddl
 from pipeline.store import Store
 
 log = logging.getLogger("goodput.analyzers")
 HERE = Path(__file__).parent
-TEMP_TABLES = ("tmp_events", "tmp_job_end", "tmp_alloc", "tmp_segments", "tmp_pieces", "tmp_piece_windows",
-               "tmp_run_gpu", "tmp_healthy", "tmp_node_evidence", "tmp_stragglers", "tmp_run_split",
-               "tmp_classified")
+TEMP_TABLES = (
+    "tmp_events",
+    "tmp_job_end",
+    "tmp_alloc",
+    "tmp_segments",
+    "tmp_pieces",
+    "tmp_piece_windows",
+    "tmp_run_gpu",
+    "tmp_healthy",
+    "tmp_node_evidence",
+    "tmp_stragglers",
+    "tmp_run_split",
+    "tmp_classified",
+)
 OUTPUT_TABLES = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
 ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
 JOBS_PER_DELETE = 1000
@@ -38,29 +49,37 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
     nodes = [(n, p) for p in cfg.pools for n in p.nodes]
     tiers = cfg.network_tiers
     tables = {
-        catalog.DIM_NODES: pa.table({
-            "node": [n for n, _ in nodes],
-            "pool": [p.name for _, p in nodes],
-            "pool_class": [p.pool_class for _, p in nodes],
-            "gpu_type": [p.gpu_type for _, p in nodes],
-            "gpus_per_node": pa.array([p.gpus_per_node for _, p in nodes], pa.uint16()),
-            "price_per_gpu_hour": [cfg.price(p) for _, p in nodes],
-            "network_tier": [p.network_tier for _, p in nodes],
-            "link_gbps": [tiers[p.network_tier].link_gbps for _, p in nodes],
-            "links_per_node": pa.array([tiers[p.network_tier].links_per_node for _, p in nodes], pa.uint16()),
-        }),
-        catalog.DIM_POOLS: pa.table({
-            "pool": [p.name for p in cfg.pools],
-            "pool_class": [p.pool_class for p in cfg.pools],
-            "nodes": pa.array([len(p.nodes) for p in cfg.pools], pa.uint32()),
-            "gpus": pa.array([len(p.nodes) * p.gpus_per_node for p in cfg.pools], pa.uint32()),
-            "storage_ceiling_bytes_per_s": [p.storage_ceiling_bytes_per_s for p in cfg.pools],
-            "oversubscription": [tiers[p.network_tier].oversubscription for p in cfg.pools],
-        }),
-        catalog.DIM_ACCOUNTS: pa.table({
-            "account": [a for accts in cfg.teams.values() for a in accts],
-            "team": [t for t, accts in cfg.teams.items() for _ in accts],
-        }),
+        catalog.DIM_NODES: pa.table(
+            {
+                "node": [n for n, _ in nodes],
+                "pool": [p.name for _, p in nodes],
+                "pool_class": [p.pool_class for _, p in nodes],
+                "gpu_type": [p.gpu_type for _, p in nodes],
+                "gpus_per_node": pa.array([p.gpus_per_node for _, p in nodes], pa.uint16()),
+                "price_per_gpu_hour": [cfg.price(p) for _, p in nodes],
+                "network_tier": [p.network_tier for _, p in nodes],
+                "link_gbps": [tiers[p.network_tier].link_gbps for _, p in nodes],
+                "links_per_node": pa.array(
+                    [tiers[p.network_tier].links_per_node for _, p in nodes], pa.uint16()
+                ),
+            }
+        ),
+        catalog.DIM_POOLS: pa.table(
+            {
+                "pool": [p.name for p in cfg.pools],
+                "pool_class": [p.pool_class for p in cfg.pools],
+                "nodes": pa.array([len(p.nodes) for p in cfg.pools], pa.uint32()),
+                "gpus": pa.array([len(p.nodes) * p.gpus_per_node for p in cfg.pools], pa.uint32()),
+                "storage_ceiling_bytes_per_s": [p.storage_ceiling_bytes_per_s for p in cfg.pools],
+                "oversubscription": [tiers[p.network_tier].oversubscription for p in cfg.pools],
+            }
+        ),
+        catalog.DIM_ACCOUNTS: pa.table(
+            {
+                "account": [a for accts in cfg.teams.values() for a in accts],
+                "team": [t for t, accts in cfg.teams.items() for _ in accts],
+            }
+        ),
     }
     for name, table in tables.items():
         store.execute(f"TRUNCATE TABLE {ddl.delete_target(store, name) or name}")
@@ -68,19 +87,31 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
 
 
 def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", cfg.cluster) or not re.fullmatch(r"[A-Za-z0-9_.-]+", cfg.default_team):
-        raise ValueError(f"cluster {cfg.cluster!r} / default team {cfg.default_team!r}: use letters, digits, . _ -")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", cfg.cluster) or not re.fullmatch(
+        r"[A-Za-z0-9_.-]+", cfg.default_team
+    ):
+        raise ValueError(
+            f"cluster {cfg.cluster!r} / default team {cfg.default_team!r}: use letters, digits, . _ -"
+        )
     a = cfg.analyzer
     cats = catalog.CATEGORIES
     return {
-        "cluster": cfg.cluster, "default_team": cfg.default_team,
-        "start": str(int(start_ms)), "end": str(int(end_ms)), "W": str(int(a.window_s * 1000)),
-        "healthy_quantile": repr(float(a.healthy_quantile)), "healthy_cutoff": repr(float(a.healthy_cutoff)),
-        "percentile_levels": ", ".join(f"{i / 100:.2f}" for i in range(1, 100)), "healthy_tolerance": repr(float(a.healthy_tolerance)),
-        "storage_saturation": repr(float(a.storage_saturation)), "psi_some_pct": repr(float(a.psi_some_pct)),
+        "cluster": cfg.cluster,
+        "default_team": cfg.default_team,
+        "start": str(int(start_ms)),
+        "end": str(int(end_ms)),
+        "W": str(int(a.window_s * 1000)),
+        "healthy_quantile": repr(float(a.healthy_quantile)),
+        "healthy_cutoff": repr(float(a.healthy_cutoff)),
+        "percentile_levels": ", ".join(f"{i / 100:.2f}" for i in range(1, 100)),
+        "healthy_tolerance": repr(float(a.healthy_tolerance)),
+        "storage_saturation": repr(float(a.storage_saturation)),
+        "psi_some_pct": repr(float(a.psi_some_pct)),
         "nic_line_rate_fraction": repr(float(a.nic_line_rate_fraction)),
-        "xmit_wait_per_s": repr(float(a.xmit_wait_per_s)), "ecn_marked_per_s": repr(float(a.ecn_marked_per_s)),
-        "cnp_per_s": repr(float(a.cnp_per_s)), "straggler_mask": str(int(a.straggler_clock_event_mask)),
+        "xmit_wait_per_s": repr(float(a.xmit_wait_per_s)),
+        "ecn_marked_per_s": repr(float(a.ecn_marked_per_s)),
+        "cnp_per_s": repr(float(a.cnp_per_s)),
+        "straggler_mask": str(int(a.straggler_clock_event_mask)),
         "category_columns": ", ".join(f"s_{c}" for c in cats),
         "category_sums": ", ".join(f"sumIf(w.gpu_seconds, w.category = '{c}')" for c in cats),
     }
@@ -101,7 +132,7 @@ def alive_jobs(store: Store) -> list[str]:
     if ddl.delete_target(store, catalog.JOB_SUMMARY) is None:
         return [ALIVE_JOBS]
     ids = [_quote(j) for j in store.query_arrow(f"{ALIVE_JOBS} ORDER BY job_id").column("job_id").to_pylist()]
-    return [", ".join(ids[i:i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
+    return [", ".join(ids[i : i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
 
 
 def statements(name: str, params: dict) -> list[str]:
@@ -123,8 +154,10 @@ def run(store: Store, cfg: Config, start_ms: int, end_ms: int) -> dict[str, floa
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
-    params = {**_params(cfg, start_ms, end_ms),
-              "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES}}
+    params = {
+        **_params(cfg, start_ms, end_ms),
+        "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
+    }
     try:
         for name in ("goodput.sql", "rollups.sql"):
             if name == "rollups.sql":  # its deletes name the jobs goodput.sql has just read

@@ -21,7 +21,9 @@ _nvml = FakeNvml(typical_gpus(int(os.environ.get("GOODPUT_FAKE_GPUS", "8"))))
 # so a lookup costs what it costs on the real module (the agent benchmark measures the agent, not
 # the shim); anything else is still refused by FakeNvml.__getattr__.
 globals().update({name: getattr(_nvml, name) for name in dir(type(_nvml)) if name.startswith("nvml")})
-globals().update({name: getattr(_real, name) for name in dir(_real) if name.startswith(("NVML_", "NVMLError"))})
+globals().update(
+    {name: getattr(_real, name) for name in dir(_real) if name.startswith(("NVML_", "NVMLError"))}
+)
 c_nvmlGpmMetricsGet_t = _nvml.c_nvmlGpmMetricsGet_t
 
 

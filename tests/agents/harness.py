@@ -22,8 +22,8 @@ from pathlib import Path
 import orjson
 
 from contracts.schema import KINDS, topic_for
-from transport.kafka import KafkaConsumerTransport, ensure_topics
 from tests.collectors.trees import write_typical_node
+from transport.kafka import KafkaConsumerTransport, ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "gpu-t-001"
@@ -37,8 +37,16 @@ def free_port() -> int:
 
 
 class FixtureNode:
-    def __init__(self, root: Path, bootstrap: str, *, interval_s: float = 0.25, extra_agent: str = "",
-                 gpus: int = 8, ports: int = 8) -> None:
+    def __init__(
+        self,
+        root: Path,
+        bootstrap: str,
+        *,
+        interval_s: float = 0.25,
+        extra_agent: str = "",
+        gpus: int = 8,
+        ports: int = 8,
+    ) -> None:
         self.root = root
         self.bootstrap = bootstrap
         self.prefix = f"t{uuid.uuid4().hex[:10]}"
@@ -76,9 +84,9 @@ state_dir = "{self.state_dir}"
 metrics_address = "127.0.0.1:{self.metrics_port}"
 step_address = "127.0.0.1:{free_port()}"
 collectors = ["nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps"]
-sys_root = "{root / 'node' / 'sys'}"
-proc_root = "{root / 'node' / 'proc'}"
-lustre_roots = ["{root / 'node' / 'lustre'}"]
+sys_root = "{root / "node" / "sys"}"
+proc_root = "{root / "node" / "proc"}"
+lustre_roots = ["{root / "node" / "lustre"}"]
 nvml_module = "tests.agents.fake_nvml_module"
 log_format = "json"
 shutdown_timeout_s = 10.0
@@ -96,8 +104,13 @@ storage = {interval_s}
         env = dict(os.environ, PYTHONPATH=str(ROOT), GOODPUT_FAKE_GPUS=str(self.gpus))
         env.pop("GOODPUT_KAFKA_BOOTSTRAP", None)
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "goodput.cli", "agent", "--config", str(self.config)],
-                                     cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "goodput.cli", "agent", "--config", str(self.config)],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -171,8 +184,11 @@ storage = {interval_s}
         """Every envelope in the agent's topics, per kind, in partition order (a fresh group reads all).
         Reads until each kind has reached the seq the agent's state says comes next."""
         want = self.next_seqs()
-        consumer = KafkaConsumerTransport(self.bootstrap, [topic_for(k, self.prefix) for k in kinds],
-                                          group_id=f"reader-{uuid.uuid4().hex[:8]}")
+        consumer = KafkaConsumerTransport(
+            self.bootstrap,
+            [topic_for(k, self.prefix) for k in kinds],
+            group_id=f"reader-{uuid.uuid4().hex[:8]}",
+        )
         out: dict[str, list[dict]] = defaultdict(list)
         try:
             deadline = time.monotonic() + timeout_s
@@ -188,4 +204,3 @@ storage = {interval_s}
 
 def seqs(envelopes: list[dict]) -> list[int]:
     return [e["seq"] for e in envelopes]
-

@@ -37,8 +37,13 @@ def test_batches_follow_the_schema_and_arrive_in_seq_order(node):
     node.wait_for(lambda: all(node.next_seqs()[k] >= 6 for k in NODE_KINDS), 30, "six ticks of each kind")
     assert node.stop() == 0
     stream = node.read_stream()
-    limits = Limits(cluster="agent-test", known_nodes=frozenset([NODE]), max_rows=100_000,
-                    max_past_ms=86_400_000, max_future_ms=300_000)
+    limits = Limits(
+        cluster="agent-test",
+        known_nodes=frozenset([NODE]),
+        max_rows=100_000,
+        max_past_ms=86_400_000,
+        max_future_ms=300_000,
+    )
     for kind in NODE_KINDS:
         got = stream[kind]
         assert seqs(got) == list(range(node.next_seqs()[kind])), kind
@@ -74,35 +79,50 @@ def test_broker_down_30s_loses_nothing_and_duplicates_nothing(node, kafka_broker
     assert node.spooled() == 0, "SIGTERM with the broker up sends everything before exiting"
     stream = node.read_stream()
     for kind in NODE_KINDS:
-        assert seqs(stream[kind]) == list(range(node.next_seqs()[kind])), f"{kind}: lost, doubled or reordered"
+        assert seqs(stream[kind]) == list(range(node.next_seqs()[kind])), (
+            f"{kind}: lost, doubled or reordered"
+        )
 
 
 def test_killed_agent_replays_its_spool_after_restart(node, kafka_broker):
     node.start()
     node.wait_for(lambda: node.next_seqs()["gpu"] >= 4, 30, "a few gpu batches")
     kafka_broker.stop()
-    node.wait_for(lambda: node.metric("goodput_agent_spool_batches") >= 30, 30, "batches piling up in the spool")
+    node.wait_for(
+        lambda: node.metric("goodput_agent_spool_batches") >= 30, 30, "batches piling up in the spool"
+    )
     node.stop(signal.SIGKILL)
     spooled_seqs = node.next_seqs()
     kafka_broker.start()
     node.start()
-    node.wait_for(lambda: (node.metric("goodput_agent_spool_replayed_batches_total") or 0) >= 30, 60,
-                  "the old spool to be replayed")
+    node.wait_for(
+        lambda: (node.metric("goodput_agent_spool_replayed_batches_total") or 0) >= 30,
+        60,
+        "the old spool to be replayed",
+    )
     node.wait_for(lambda: _caught_up(node), 60, "the spool to drain")
     assert node.stop() == 0
     stream = node.read_stream()
     for kind in NODE_KINDS:
         got = seqs(stream[kind])
         assert got == list(range(node.next_seqs()[kind])), f"{kind}: lost, doubled or reordered"
-        assert node.next_seqs()[kind] > spooled_seqs[kind], "seqs continue after the restart, never restart at 0"
+        assert node.next_seqs()[kind] > spooled_seqs[kind], (
+            "seqs continue after the restart, never restart at 0"
+        )
 
 
 def test_metrics_endpoint_names_and_labels(node):
     node.start()
-    node.wait_for(lambda: (node.metric("goodput_agent_batches_sent_total", kind="gpu") or 0) >= 2, 30,
-                  "gpu batches delivered")
-    node.wait_for(lambda: node.metric("goodput_collector_success", collector="steps") == 1, 10,
-                  "the step receiver's first (1 s) tick")
+    node.wait_for(
+        lambda: (node.metric("goodput_agent_batches_sent_total", kind="gpu") or 0) >= 2,
+        30,
+        "gpu batches delivered",
+    )
+    node.wait_for(
+        lambda: node.metric("goodput_collector_success", collector="steps") == 1,
+        10,
+        "the step receiver's first (1 s) tick",
+    )
     families = {f.name: f for f in text_string_to_metric_families(node.scrape())}
     util = families["goodput_gpu_utilization_percent"]
     assert util.type == "gauge" and len(util.samples) == 8
@@ -113,7 +133,9 @@ def test_metrics_endpoint_names_and_labels(node):
     clock = families["goodput_gpu_sm_clock_hertz"].samples[0]
     assert clock.value == pytest.approx(1980e6)  # MHz field scaled to base units
     nic = families["goodput_nic_transmit_bytes_per_second"]
-    assert {(s.labels["device"], s.labels["port"]) for s in nic.samples} == {(f"mlx5_{i}", "1") for i in range(8)}
+    assert {(s.labels["device"], s.labels["port"]) for s in nic.samples} == {
+        (f"mlx5_{i}", "1") for i in range(8)
+    }
     disk = families["goodput_storage_read_bytes_per_second"]
     assert {"source", "device"} <= set(disk.samples[0].labels)
     for name, (mtype, _help, labels) in AGENT_SELF_METRICS.items():
@@ -126,27 +148,39 @@ def test_metrics_endpoint_names_and_labels(node):
 
 def test_a_failing_collector_is_reported_and_the_others_carry_on(node):
     node.start()
-    node.wait_for(lambda: node.metric("goodput_collector_success", collector="diskstats") == 1, 30, "diskstats up")
+    node.wait_for(
+        lambda: node.metric("goodput_collector_success", collector="diskstats") == 1, 30, "diskstats up"
+    )
     (node.root / "node" / "proc" / "diskstats").unlink()
-    node.wait_for(lambda: node.metric("goodput_collector_success", collector="diskstats") == 0, 10,
-                  "diskstats reported as failing")
+    node.wait_for(
+        lambda: node.metric("goodput_collector_success", collector="diskstats") == 0,
+        10,
+        "diskstats reported as failing",
+    )
     before = node.next_seqs()["gpu"]
     node.wait_for(lambda: node.next_seqs()["gpu"] >= before + 4, 10, "gpu batches continuing")
     assert node.metric("goodput_collector_success", collector="nvml") == 1
-    assert node.metric("goodput_storage_read_bytes_per_second", source="disk") is None, "no stale disk samples"
+    assert node.metric("goodput_storage_read_bytes_per_second", source="disk") is None, (
+        "no stale disk samples"
+    )
     errors = [r for r in node.log_records() if r.get("collector") == "diskstats" and r["level"] == "error"]
-    assert len(errors) == 1 and "diskstats" in errors[0]["msg"], "one log line naming the collector, not one per tick"
+    assert len(errors) == 1 and "diskstats" in errors[0]["msg"], (
+        "one log line naming the collector, not one per tick"
+    )
     assert "does not exist" in errors[0]["msg"], "the log says what failed"
     trees.write_proc(node.root / "node" / "proc", 0)
-    node.wait_for(lambda: node.metric("goodput_collector_success", collector="diskstats") == 1, 10,
-                  "diskstats back by itself once its file is")
+    node.wait_for(
+        lambda: node.metric("goodput_collector_success", collector="diskstats") == 1,
+        10,
+        "diskstats back by itself once its file is",
+    )
     assert any(r["msg"] == "collector diskstats recovered" for r in node.log_records())
     assert node.stop() == 0
 
 
 def test_step_events_are_forwarded(node):
-    from collectors.steps import StepReporter
     from agents.config import load_agent
+    from collectors.steps import StepReporter
 
     node.start()
     host, port = load_agent(node.config).step_address.rsplit(":", 1)
@@ -157,8 +191,11 @@ def test_step_events_are_forwarded(node):
                 time.sleep(0.01)
     node.wait_for(lambda: node.next_seqs()["step"] >= 1, 10, "a step batch")
     assert node.stop() == 0
-    rows = [dict(zip(e["columns"], vals)) for e in node.read_stream(kinds=("step",))["step"]
-            for vals in zip(*e["columns"].values())]
+    rows = [
+        dict(zip(e["columns"], vals))
+        for e in node.read_stream(kinds=("step",))["step"]
+        for vals in zip(*e["columns"].values())
+    ]
     assert sorted(r["step"] for r in rows) == list(range(5))
     assert {r["job_id"] for r in rows} == {"job-7"} and all(r["compute_ms"] >= 10 for r in rows)
 
@@ -178,4 +215,3 @@ def test_sigterm_with_the_broker_down_keeps_batches_for_the_next_start(node, kaf
     stream = node.read_stream()
     for kind in NODE_KINDS:
         assert seqs(stream[kind]) == list(range(node.next_seqs()[kind])), kind
-

@@ -8,18 +8,18 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.config import DEFAULT_INTERVALS_S, parse_agent, parse_address
+from agents.config import DEFAULT_INTERVALS_S, parse_address, parse_agent
 from agents.daemon import columns
 from agents.metrics import AgentMetrics
 from agents.sender import SpoolSender
 from agents.seqstate import AgentStateError, SeqState
 from agents.spool import Spool
 from contracts.config import ConfigError
-from transport.kafka import KafkaSendError
 from transport.base import TransportError
-
+from transport.kafka import KafkaSendError
 
 # ------------------------------------------------------------------ config
+
 
 def test_agent_config_defaults_and_precedence():
     cfg = parse_agent({}, env={}, node=None)
@@ -32,17 +32,20 @@ def test_agent_config_defaults_and_precedence():
     assert cfg.interval_s("gpu") == 0.5 and cfg.interval_s("nic") == 1.0 and cfg.spool_fsync == "always"
 
 
-@pytest.mark.parametrize("table, message", [
-    ({"colectors": ["nvml"]}, "unknown key(s) colectors"),
-    ({"collectors": ["nvml", "dcgm"]}, "unknown dcgm"),
-    ({"intervals": {"gpus": 1}}, "gpus: not a signal kind"),
-    ({"intervals": {"gpu": 0}}, "seconds between"),
-    ({"spool_fsync": "sometimes"}, "spool_fsync"),
-    ({"spool_max_bytes": "1G"}, "spool_max_bytes: expected int"),
-    ({"metrics_address": "9477"}, "expected host:port"),
-    ({"collectors": ["jobfile"]}, "needs job_file"),
-    ({"log_format": "xml"}, "log_format"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"colectors": ["nvml"]}, "unknown key(s) colectors"),
+        ({"collectors": ["nvml", "dcgm"]}, "unknown dcgm"),
+        ({"intervals": {"gpus": 1}}, "gpus: not a signal kind"),
+        ({"intervals": {"gpu": 0}}, "seconds between"),
+        ({"spool_fsync": "sometimes"}, "spool_fsync"),
+        ({"spool_max_bytes": "1G"}, "spool_max_bytes: expected int"),
+        ({"metrics_address": "9477"}, "expected host:port"),
+        ({"collectors": ["jobfile"]}, "needs job_file"),
+        ({"log_format": "xml"}, "log_format"),
+    ],
+)
 def test_agent_config_refuses_mistakes_by_name(table, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_agent(table, env={})
@@ -54,6 +57,7 @@ def test_parse_address():
 
 
 # ------------------------------------------------------------------ sequence numbers
+
 
 def test_seq_state_survives_restarts_and_refuses_another_nodes_file(tmp_path):
     path = tmp_path / "seq.json"
@@ -98,9 +102,12 @@ def test_seq_state_torn_exact_file_falls_back_to_the_ceiling_and_both_unreadable
 
 # ------------------------------------------------------------------ batching
 
+
 def test_columns_leave_unmeasured_fields_out_and_null_where_a_row_lacks_them():
-    rows = [{"ts_ms": 1, "source": "disk", "device": "nvme0n1", "read_bytes_per_s": 5.0},
-            {"ts_ms": 1, "source": "psi", "device": "io", "psi_some_pct": 3.0}]
+    rows = [
+        {"ts_ms": 1, "source": "disk", "device": "nvme0n1", "read_bytes_per_s": 5.0},
+        {"ts_ms": 1, "source": "psi", "device": "io", "psi_some_pct": 3.0},
+    ]
     cols = columns("storage", rows)
     assert list(cols) == ["ts_ms", "source", "device", "read_bytes_per_s", "psi_some_pct"]  # schema order
     assert cols["read_bytes_per_s"] == [5.0, None] and cols["psi_some_pct"] == [None, 3.0]
@@ -108,6 +115,7 @@ def test_columns_leave_unmeasured_fields_out_and_null_where_a_row_lacks_them():
 
 
 # ------------------------------------------------------------------ sender bookkeeping
+
 
 class ScriptedProducer:
     """Stands in for Kafka only where a real broker cannot be made to fail on cue: it accepts sends
@@ -166,7 +174,9 @@ def test_a_failed_batch_stops_the_ack_there_and_is_sent_again_in_order(tmp_path)
         spool.append("goodput.gpu", b"n", f"v-{i}".encode())
     entries = list(spool.replay())
     assert sender.send_window(entries) == 3
-    assert [e.value for e in spool.replay()] == [b"v-3", b"v-4", b"v-5"], "acked exactly the prefix before v-3"
+    assert [e.value for e in spool.replay()] == [b"v-3", b"v-4", b"v-5"], (
+        "acked exactly the prefix before v-3"
+    )
     assert rec.n_delivered == 3 and rec.n_failed == 3
     producer.fail.clear()
     assert sender.send_window(list(spool.replay())) == 3
@@ -204,16 +214,36 @@ def test_a_producer_that_cannot_start_is_retried_without_losing_batches(tmp_path
 
 # ------------------------------------------------------------------ exporter
 
+
 def test_samples_exported_with_labels_scale_and_vanish_when_forgotten():
     m = AgentMetrics("gpu-a-001")
-    m.samples.update("nvml", "gpu", [{"ts_ms": 1, "gpu": 0, "uuid": "GPU-x", "model": "H100", "sm_clock_mhz": 1980.0,
-                                      "energy_j": 12.5, "util_gpu_pct": None}])
+    m.samples.update(
+        "nvml",
+        "gpu",
+        [
+            {
+                "ts_ms": 1,
+                "gpu": 0,
+                "uuid": "GPU-x",
+                "model": "H100",
+                "sm_clock_mhz": 1980.0,
+                "energy_j": 12.5,
+                "util_gpu_pct": None,
+            }
+        ],
+    )
     m.collector_ran("nvml", True, 0.002, 1)
     fams = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
     clock = fams["goodput_gpu_sm_clock_hertz"].samples[0]
     assert clock.value == 1.98e9
-    assert clock.labels == {"gpu": "0", "UUID": "GPU-x", "modelName": "H100", "pci_bus_id": "", "hpc_job": "",
-                            "Hostname": "gpu-a-001"}
+    assert clock.labels == {
+        "gpu": "0",
+        "UUID": "GPU-x",
+        "modelName": "H100",
+        "pci_bus_id": "",
+        "hpc_job": "",
+        "Hostname": "gpu-a-001",
+    }
     assert fams["goodput_gpu_energy_joules"].samples[0].name == "goodput_gpu_energy_joules_total"
     assert "goodput_gpu_utilization_percent" not in fams, "absent stays absent, never 0"
     m.samples.forget("nvml")
@@ -237,8 +267,10 @@ def test_the_agent_loads_no_columnar_stack():
     import subprocess
     import sys
 
-    code = ("import sys, goodput.cli, agents.daemon, agents.sources, agents.metrics; "
-            "print(sorted(m for m in ('pyarrow', 'polars', 'numpy', 'chdb', 'pandas') if m in sys.modules))")
+    code = (
+        "import sys, goodput.cli, agents.daemon, agents.sources, agents.metrics; "
+        "print(sorted(m for m in ('pyarrow', 'polars', 'numpy', 'chdb', 'pandas') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -258,16 +290,29 @@ def test_a_full_spool_drops_the_oldest_and_counts_it_while_kafka_is_unreachable(
     def no_broker():
         raise TransportError("no broker answers")
 
-    cfg = parse_agent({"state_dir": str(tmp_path), "metrics_address": "", "spool_max_bytes": 64 * 1024,
-                       "spool_segment_bytes": 16 * 1024}, env={}, node="n1")
-    agent = Agent(cfg, cluster="c", topic_prefix="goodput", collectors=[SteadyGpus()], make_producer=no_broker)
+    cfg = parse_agent(
+        {
+            "state_dir": str(tmp_path),
+            "metrics_address": "",
+            "spool_max_bytes": 64 * 1024,
+            "spool_segment_bytes": 16 * 1024,
+        },
+        env={},
+        node="n1",
+    )
+    agent = Agent(
+        cfg, cluster="c", topic_prefix="goodput", collectors=[SteadyGpus()], make_producer=no_broker
+    )
     try:
         for t in range(400):
             agent.tick("gpu", 1_700_000_000_000 + 1000 * t)
         agent._report_spool()
         stats = agent.spool.stats
         assert stats.bytes <= 64 * 1024 and stats.dropped > 0
-        fams = {f.name: f for f in text_string_to_metric_families(generate_latest(agent.metrics.registry).decode())}
+        fams = {
+            f.name: f
+            for f in text_string_to_metric_families(generate_latest(agent.metrics.registry).decode())
+        }
         assert fams["goodput_agent_spool_dropped_batches"].samples[0].value == stats.dropped
         assert fams["goodput_agent_spool_batches"].samples[0].value == stats.batches == 400 - stats.dropped
         newest = [e.value for e in agent.spool.replay()][-1]

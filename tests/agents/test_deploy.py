@@ -61,7 +61,9 @@ def test_daemonset_mounts_what_its_config_reads():
         assert mounts[path]["readOnly"] is True and volumes[mounts[path]["name"]]["hostPath"]["path"] == host
     assert all(any(root.startswith(m) for m in mounts) for root in agent.lustre_roots)
     state = mounts[agent.state_dir]
-    assert "hostPath" in volumes[state["name"]] and not state.get("readOnly"), "seqs and spool outlive the pod"
+    assert "hostPath" in volumes[state["name"]] and not state.get("readOnly"), (
+        "seqs and spool outlive the pod"
+    )
     config_mount = mounts["/etc/goodput"]
     assert container["args"] == ["agent", "--config", "/etc/goodput/goodput.toml"]
     assert volumes[config_mount["name"]]["configMap"]["name"] == config_map["metadata"]["name"]

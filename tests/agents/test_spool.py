@@ -18,8 +18,10 @@ from agents.spool import HEADER, Spool, encode_record
 
 
 def _records(n: int, size: int = 100) -> list[tuple[str, bytes | None, bytes]]:
-    return [(f"goodput.{'gpu' if i % 2 else 'nic'}", f"node-{i % 3}".encode(), (b"%06d" % i) * (size // 6))
-            for i in range(n)]
+    return [
+        (f"goodput.{'gpu' if i % 2 else 'nic'}", f"node-{i % 3}".encode(), (b"%06d" % i) * (size // 6))
+        for i in range(n)
+    ]
 
 
 def _replayed(sp: Spool) -> list[tuple[str, bytes | None, bytes]]:
@@ -81,7 +83,7 @@ def test_full_spool_drops_oldest_segments_and_counts_their_batches(tmp_path):
     st = sp.stats
     assert st.dropped > 0 and st.dropped + st.batches == len(recs)
     assert sum(p.stat().st_size for p in tmp_path.glob("*.seg")) <= max_bytes
-    assert _replayed(sp) == recs[st.dropped:], "what is left is the newest, contiguous, in order"
+    assert _replayed(sp) == recs[st.dropped :], "what is left is the newest, contiguous, in order"
     sp.close()
 
 
@@ -95,7 +97,7 @@ def test_drop_accounts_only_unacknowledged_batches(tmp_path):
         sp.append(*r)
     st = sp.stats
     left = _replayed(sp)
-    assert left == recs[len(recs) - st.batches:]
+    assert left == recs[len(recs) - st.batches :]
     assert st.dropped == len(recs) - 100 - st.batches
     sp.close()
 
@@ -200,8 +202,11 @@ _WRITER = textwrap.dedent("""
 
 
 def test_process_killed_while_appending_loses_only_the_torn_record(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE,
-                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     try:
         assert proc.stdout.readline() == b"writing\n"
         time.sleep(0.3)

@@ -34,11 +34,11 @@ DERIVED = {
     "dim_pools": "SELECT * FROM dim_pools ORDER BY pool",
     "dim_accounts": "SELECT * FROM dim_accounts ORDER BY account",
     "goodput_windows": "SELECT job_id, window_start, sum(gpu_seconds), sum(cost), count() - uniqExact(category) "
-                       "AS repeated FROM goodput_windows GROUP BY job_id, window_start ORDER BY job_id, window_start",
+    "AS repeated FROM goodput_windows GROUP BY job_id, window_start ORDER BY job_id, window_start",
     "job_summary": "SELECT job_id, account, team, pool, gpus, attempts, first_allocated, last_seen, "
-                   "allocated_gpu_seconds, cost, count() AS n FROM job_summary GROUP BY ALL ORDER BY job_id",
+    "allocated_gpu_seconds, cost, count() AS n FROM job_summary GROUP BY ALL ORDER BY job_id",
     "team_day": "SELECT day, team, pool, sum(gpu_hours), sum(cost), count() - uniqExact(category) AS repeated "
-                "FROM team_day GROUP BY day, team, pool ORDER BY day, team, pool",
+    "FROM team_day GROUP BY day, team, pool ORDER BY day, team, pool",
     "scheduling_delay": "SELECT * EXCEPT computed_at FROM scheduling_delay ORDER BY job_id",
 }
 """The derived tables as the test compares them with the single-server run. Which category a GPU-second
@@ -50,14 +50,15 @@ every other column is deterministic and compared as stored."""
 def main(workdir: Path, start_ms: int, single: bool) -> dict:
     from chdb import session
 
+    from contracts import catalog
+    from contracts import config as config_mod
     from goodput.sim.cluster import SimConfig, scaled_config, simulate
     from goodput.sim.emit import messages
-    from contracts import catalog, config as config_mod
     from pipeline import ddl
     from pipeline.analyzers import run as analyzers
-    from pipeline.loader import Loader, SeqTracker, limits_from_config
     from pipeline.chdb_store import ChdbStore
-from pipeline.store import StoreError
+    from pipeline.loader import Loader, SeqTracker, limits_from_config
+    from pipeline.store import StoreError
     from transport.base import Record
 
     class ClusterChdb(ChdbStore):
@@ -92,15 +93,22 @@ from pipeline.store import StoreError
 
         cfg = scaled_config(config_mod.load(), 16)
         sim_cfg = SimConfig.from_config(cfg, hours=0.5, seed=3, start_ms=start_ms)
-        records = [Record(topic, 0, i, key, value) for i, (topic, key, value) in enumerate(messages(simulate(sim_cfg, cfg)))]
+        records = [
+            Record(topic, 0, i, key, value)
+            for i, (topic, key, value) in enumerate(messages(simulate(sim_cfg, cfg)))
+        ]
         loader = Loader(store, limits_from_config(cfg))
         loader.load(records)
         out["loaded_rows"] = dict(loader.totals.rows)
         if not single:
             replay = Loader(store, limits_from_config(cfg)).load(records)  # a restarted loader, same records
             out["replay_rows"] = dict(replay.rows)
-            out["distributed_rows"] = {k: count(catalog.RAW_TABLES[k], final=True) for k in out["loaded_rows"]}
-            out["local_rows"] = {k: count(catalog.RAW_TABLES[k] + ddl.LOCAL_SUFFIX) for k in out["loaded_rows"]}
+            out["distributed_rows"] = {
+                k: count(catalog.RAW_TABLES[k], final=True) for k in out["loaded_rows"]
+            }
+            out["local_rows"] = {
+                k: count(catalog.RAW_TABLES[k] + ddl.LOCAL_SUFFIX) for k in out["loaded_rows"]
+            }
             out["ledger_streams"] = len(SeqTracker.from_store(store).floor)
 
         out["analyzer_error"] = None
@@ -109,12 +117,16 @@ from pipeline.store import StoreError
                 analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000)
         except StoreError as e:
             out["analyzer_error"] = str(e)
-        out["derived"] = {name: [list(row.values()) for row in store.query_arrow(sql).to_pylist()]
-                          for name, sql in DERIVED.items()}
+        out["derived"] = {
+            name: [list(row.values()) for row in store.query_arrow(sql).to_pylist()]
+            for name, sql in DERIVED.items()
+        }
         if not single:
             out["derived_rows"] = {name: [count(name), count(name + ddl.LOCAL_SUFFIX)] for name in DERIVED}
             for _ in range(2):
-                analyzers.refresh_dimensions(store, cfg)  # TRUNCATE TABLE + insert, as every analyzer run starts
+                analyzers.refresh_dimensions(
+                    store, cfg
+                )  # TRUNCATE TABLE + insert, as every analyzer run starts
             out["dim_nodes_rows"] = count(catalog.DIM_NODES)
             out["configured_nodes"] = sum(len(p.nodes) for p in cfg.pools)
     finally:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from contracts import catalog, config as config_mod
+from contracts import catalog
+from contracts import config as config_mod
 from pipeline import ddl
 from pipeline.analyzers import run as analyzers
 
@@ -34,8 +35,10 @@ def test_every_table_gets_a_replicated_local_table_and_a_distributed_one():
         assert engine[1] in ("ReplicatedMergeTree", "ReplicatedReplacingMergeTree")
         assert engine[2] == "/clickhouse/tables/{shard}/{database}/{table}" and engine[3] == "{replica}"
         assert "non_replicated_deduplication_window" not in local
-        assert dist == (f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER prod AS goodput.{name}_local\n"
-                        f"ENGINE = Distributed(prod, goodput, {name}_local, {ddl.SHARD_KEYS[name]})")
+        assert dist == (
+            f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER prod AS goodput.{name}_local\n"
+            f"ENGINE = Distributed(prod, goodput, {name}_local, {ddl.SHARD_KEYS[name]})"
+        )
 
 
 def test_replicated_engines_keep_the_single_server_engine_family_and_dedup_window():
@@ -46,7 +49,10 @@ def test_replicated_engines_keep_the_single_server_engine_family_and_dedup_windo
         if name in catalog.RAW_TABLES.values():
             assert "SETTINGS replicated_deduplication_window = 10000" in local
         # Everything but the name, ON CLUSTER, the engine and the dedup setting is the single-server DDL.
-        assert local.split("ENGINE", 1)[0].split("(", 1)[1] == single[name].split("ENGINE", 1)[0].split("(", 1)[1]
+        assert (
+            local.split("ENGINE", 1)[0].split("(", 1)[1]
+            == single[name].split("ENGINE", 1)[0].split("(", 1)[1]
+        )
 
 
 def test_raw_tables_shard_by_a_leading_order_by_column():
@@ -59,7 +65,9 @@ def test_raw_tables_shard_by_a_leading_order_by_column():
 
 def test_single_server_ddl_is_unchanged_by_the_cluster_option():
     assert ddl.all_ddl()[0].startswith(f"CREATE TABLE IF NOT EXISTS {catalog.RAW_TABLES['gpu']} (\n")
-    assert all(" ON CLUSTER " not in s and "Distributed" not in s and "Replicated" not in s for s in ddl.all_ddl())
+    assert all(
+        " ON CLUSTER " not in s and "Distributed" not in s and "Replicated" not in s for s in ddl.all_ddl()
+    )
 
 
 class RecordingServer:
@@ -113,7 +121,10 @@ def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
     analyzers.run(store, config_mod.load(), 0, 3_600_000)
     destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
     targets = [DESTRUCTIVE.match(s)[2] for s in destructive]
-    dims, outputs = [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_ACCOUNTS], list(analyzers.OUTPUT_TABLES)
+    dims, outputs = (
+        [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_ACCOUNTS],
+        list(analyzers.OUTPUT_TABLES),
+    )
     assert sorted(set(targets)) == sorted(name + ddl.LOCAL_SUFFIX for name in dims + outputs)
     for statement in destructive:
         assert f"{DESTRUCTIVE.match(statement)[2]} ON CLUSTER prod" in statement
@@ -121,8 +132,11 @@ def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
     # Two slices of job ids per job-keyed table: 1,000 and the one left, quoted as ClickHouse reads them.
     want = [", ".join(f"'{j}'" for j in store.jobs[:1000]), "'o\\'brien\\\\1'"]
     for table in (catalog.JOB_SUMMARY, catalog.SCHEDULING_DELAY):
-        slices = [s.split("job_id IN (", 1)[1].removesuffix(")") for s in destructive
-                  if DESTRUCTIVE.match(s)[2] == table + ddl.LOCAL_SUFFIX]
+        slices = [
+            s.split("job_id IN (", 1)[1].removesuffix(")")
+            for s in destructive
+            if DESTRUCTIVE.match(s)[2] == table + ddl.LOCAL_SUFFIX
+        ]
         assert slices == want, table
     # Everything else (reads, inserts) names the Distributed tables.
     assert not any(ddl.LOCAL_SUFFIX in s for s in store.statements if s not in destructive)
@@ -134,14 +148,21 @@ def test_analyzers_on_one_server_delete_from_the_catalog_tables():
     store.cluster = None  # a ServerStore without `cluster`; ChdbStore has no such attribute at all
     analyzers.run(store, config_mod.load(), 0, 3_600_000)
     destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
-    assert len(destructive) == 7 and not any(" ON CLUSTER " in s or ddl.LOCAL_SUFFIX in s for s in destructive)
+    assert len(destructive) == 7 and not any(
+        " ON CLUSTER " in s or ddl.LOCAL_SUFFIX in s for s in destructive
+    )
     assert sum(f"job_id IN ({analyzers.ALIVE_JOBS})" in s for s in destructive) == 2
 
 
 def _chdb_run(workdir: Path, start_ms: int, *flags: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tests.clickhouse.chdb_cluster", str(workdir), str(start_ms), *flags],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.clickhouse.chdb_cluster", str(workdir), str(start_ms), *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, f"chdb_cluster.py failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -175,7 +196,9 @@ def test_loader_writes_and_dedups_through_distributed_tables(chdb_cluster):
     assert loaded["gpu"] > 0 and loaded["job"] > 0
     assert chdb_cluster["distributed_rows"] == loaded == chdb_cluster["local_rows"]
     assert chdb_cluster["ledger_streams"] > 0  # the sequence ledger reloads through the Distributed table
-    assert chdb_cluster["replay_rows"] == {}  # a restarted loader stores nothing twice (counts above are after it)
+    assert (
+        chdb_cluster["replay_rows"] == {}
+    )  # a restarted loader stores nothing twice (counts above are after it)
 
 
 def test_analyzers_run_unchanged_on_distributed_tables(chdb_cluster, chdb_single):
@@ -186,8 +209,13 @@ def test_analyzers_run_unchanged_on_distributed_tables(chdb_cluster, chdb_single
         assert distributed == local > 0, name
     for name, want in chdb_single["derived"].items():
         got = chdb_cluster["derived"][name]
-        assert got == [[pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for v in row] for row in want], name
-    windows, summaries = chdb_cluster["derived"][catalog.GOODPUT_WINDOWS], chdb_cluster["derived"][catalog.JOB_SUMMARY]
+        assert got == [
+            [pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for v in row] for row in want
+        ], name
+    windows, summaries = (
+        chdb_cluster["derived"][catalog.GOODPUT_WINDOWS],
+        chdb_cluster["derived"][catalog.JOB_SUMMARY],
+    )
     assert all(row[-1] == 0 for row in windows)  # no category stored twice for a job's window
     assert all(row[-1] == 1 for row in summaries)  # one summary row per job
     assert chdb_cluster["dim_nodes_rows"] == chdb_cluster["configured_nodes"]

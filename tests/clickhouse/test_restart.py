@@ -30,16 +30,22 @@ DOWN_S = 1.0
 
 def _batch(b: int) -> pa.Table:
     ids = range(b * ROWS, (b + 1) * ROWS)
-    return pa.table({"id": pa.array(ids, pa.int64()), "node": [f"gpu-{i % 16:03d}" for i in ids],
-                     "value": pa.array([i * 0.5 for i in ids], pa.float64())})
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "node": [f"gpu-{i % 16:03d}" for i in ids],
+            "value": pa.array([i * 0.5 for i in ids], pa.float64()),
+        }
+    )
 
 
 def test_server_killed_and_restarted_mid_load_loses_nothing(clickhouse_server, caplog):
     caplog.set_level(logging.WARNING, logger="goodput.store.server")
     store = ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
     name = f"restart_{uuid.uuid4().hex[:8]}"
-    store.execute(f"CREATE TABLE {name} (id Int64, node String, value Float64) "
-                  f"ENGINE = ReplacingMergeTree ORDER BY id")
+    store.execute(
+        f"CREATE TABLE {name} (id Int64, node String, value Float64) ENGINE = ReplacingMergeTree ORDER BY id"
+    )
     done = [0]
     failure: list[BaseException] = []
 
@@ -72,7 +78,9 @@ def test_server_killed_and_restarted_mid_load_loses_nothing(clickhouse_server, c
     assert any("retry" in r.getMessage() for r in caplog.records), "the store never saw an outage"
 
     expected = BATCHES * ROWS
-    raw = store.query_arrow(f"SELECT count() AS n, uniqExact(id) AS u, min(id) AS lo, max(id) AS hi FROM {name}")
+    raw = store.query_arrow(
+        f"SELECT count() AS n, uniqExact(id) AS u, min(id) AS lo, max(id) AS hi FROM {name}"
+    )
     row = raw.to_pylist()[0]
     assert row["u"] == expected and row["lo"] == 0 and row["hi"] == expected - 1  # nothing lost
     assert expected <= row["n"] <= expected + len(kills) * ROWS  # at most one re-sent batch per kill

@@ -53,25 +53,31 @@ def test_open_store_builds_a_server_store_from_the_config_table(clickhouse_serve
 
 
 def test_columnar_insert_reads_back_exactly(store):
-    name = _table(store, "ts DateTime, id Int64, seq UInt64, node String, note Nullable(String), "
-                         "f32 Float32, f64 Float64, maybe Nullable(Int64), flag UInt8, big Int64, "
-                         "gpus Array(Int32), raw String", "(node, id)")
+    name = _table(
+        store,
+        "ts DateTime, id Int64, seq UInt64, node String, note Nullable(String), "
+        "f32 Float32, f64 Float64, maybe Nullable(Int64), flag UInt8, big Int64, "
+        "gpus Array(Int32), raw String",
+        "(node, id)",
+    )
     n = 5_000
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-    data = pa.table({
-        "ts": pa.array([t0 + dt.timedelta(seconds=i) for i in range(n)], pa.timestamp("ms", tz="UTC")),
-        "id": pa.array(range(n), pa.int64()),
-        "seq": pa.array([2**64 - 1 - i for i in range(n)], pa.uint64()),
-        "node": [f"gpu-{i % 7:03d}" for i in range(n)],
-        "note": [None if i % 3 else f"ü-{i}" for i in range(n)],
-        "f32": pa.array([i / 4 for i in range(n)], pa.float32()),
-        "f64": pa.array([i / 3 for i in range(n)], pa.float64()),
-        "maybe": pa.array([None if i % 2 else 2**62 + i for i in range(n)], pa.int64()),
-        "flag": pa.array([i % 2 == 0 for i in range(n)], pa.bool_()),
-        "big": pa.array([-(2**63) + i for i in range(n)], pa.int64()),
-        "gpus": pa.array([list(range(i % 9)) for i in range(n)], pa.list_(pa.int32())),
-        "raw": pa.array([f"line {i}".encode() for i in range(n)], pa.binary()),
-    })
+    data = pa.table(
+        {
+            "ts": pa.array([t0 + dt.timedelta(seconds=i) for i in range(n)], pa.timestamp("ms", tz="UTC")),
+            "id": pa.array(range(n), pa.int64()),
+            "seq": pa.array([2**64 - 1 - i for i in range(n)], pa.uint64()),
+            "node": [f"gpu-{i % 7:03d}" for i in range(n)],
+            "note": [None if i % 3 else f"ü-{i}" for i in range(n)],
+            "f32": pa.array([i / 4 for i in range(n)], pa.float32()),
+            "f64": pa.array([i / 3 for i in range(n)], pa.float64()),
+            "maybe": pa.array([None if i % 2 else 2**62 + i for i in range(n)], pa.int64()),
+            "flag": pa.array([i % 2 == 0 for i in range(n)], pa.bool_()),
+            "big": pa.array([-(2**63) + i for i in range(n)], pa.int64()),
+            "gpus": pa.array([list(range(i % 9)) for i in range(n)], pa.list_(pa.int32())),
+            "raw": pa.array([f"line {i}".encode() for i in range(n)], pa.binary()),
+        }
+    )
     store.insert_arrow(name, data, dedup_token="ignored-by-18.16")
     got = store.query_arrow(f"SELECT * FROM {name} ORDER BY id")
     assert got.num_rows == n
@@ -96,7 +102,8 @@ def test_query_arrow_maps_clickhouse_types(store):
         "SELECT toInt8(-1) AS i8, toUInt32(7) AS u32, toInt64(-5) AS i64, toUInt64(18446744073709551615) AS u64, "
         "toFloat32(0.5) AS f32, toFloat64(0.25) AS f64, 'text' AS s, toDate('2026-01-02') AS d, "
         "toDateTime('2026-01-02 03:04:05', 'UTC') AS ts, [1, 2, 3] AS arr, CAST(NULL AS Nullable(Int64)) AS ni, "
-        "['a', 'b'] AS sarr")
+        "['a', 'b'] AS sarr"
+    )
     types = {f.name: f.type for f in got.schema}
     assert types["i8"] == pa.int8() and types["u32"] == pa.uint32() and types["i64"] == pa.int64()
     assert types["u64"] == pa.uint64() and types["f32"] == pa.float32() and types["f64"] == pa.float64()
@@ -145,8 +152,9 @@ def test_server_error_names_the_statement_and_is_not_retried(store):
 
 
 def test_tls_with_the_servers_ca(clickhouse_server):
-    cfg = clickhouse_server.store_config(port=clickhouse_server.tcp_secure_port, secure=True,
-                                         ca_certs=str(clickhouse_server.ca_file))
+    cfg = clickhouse_server.store_config(
+        port=clickhouse_server.tcp_secure_port, secure=True, ca_certs=str(clickhouse_server.ca_file)
+    )
     with ServerStore(ServerConfig.parse(cfg)) as s:
         assert s.query_arrow("SELECT 42 AS n").column("n")[0].as_py() == 42
 
@@ -159,14 +167,26 @@ def test_tls_without_trusting_the_ca_fails_at_once_with_what_to_check(clickhouse
 
 
 def test_refuses_the_full_schema_on_18_16_naming_both_versions(store):
-    before = store.query_arrow("SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
-                               f"AND name = '{catalog.SCHEMA_MIGRATIONS}'").column("n")[0].as_py()
+    before = (
+        store.query_arrow(
+            "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+            f"AND name = '{catalog.SCHEMA_MIGRATIONS}'"
+        )
+        .column("n")[0]
+        .as_py()
+    )
     with pytest.raises(StoreError) as e:
         ddl.migrate(store)
     msg = str(e.value)
     assert "version 18.16.1" in msg and ">= 23.8" in msg and store.address in msg
-    after = store.query_arrow("SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
-                              f"AND name = '{catalog.SCHEMA_MIGRATIONS}'").column("n")[0].as_py()
+    after = (
+        store.query_arrow(
+            "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() "
+            f"AND name = '{catalog.SCHEMA_MIGRATIONS}'"
+        )
+        .column("n")[0]
+        .as_py()
+    )
     assert before == after == 0  # refused before any statement ran
 
 
@@ -188,5 +208,12 @@ def test_a_cluster_store_is_refused_before_any_on_cluster_statement(clickhouse_s
         assert s.cluster == "goodput" and s.database == "default"
         with pytest.raises(StoreError, match="version 18.16.1"):
             ddl.migrate(s)
-        assert s.query_arrow("SELECT count() AS n FROM system.tables WHERE database = 'default' "
-                             "AND name LIKE '%\\\\_local'").column("n")[0].as_py() == 0
+        assert (
+            s.query_arrow(
+                "SELECT count() AS n FROM system.tables WHERE database = 'default' "
+                "AND name LIKE '%\\\\_local'"
+            )
+            .column("n")[0]
+            .as_py()
+            == 0
+        )

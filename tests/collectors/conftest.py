@@ -18,9 +18,11 @@ T0 = 1_700_000_000_000
 @pytest.fixture
 def node(tmp_path: Path):
     """A fixture node at tick 0; call the returned function with 1 to advance it to tick 1."""
+
     def at(tick: int) -> Path:
         write_node(tmp_path, tick)
         return tmp_path
+
     at(0)
     return at
 
@@ -37,4 +39,6 @@ def assert_golden(name: str, rows: list[dict]) -> None:
     if os.environ.get("GOODPUT_UPDATE_GOLDEN") == "1":
         path.write_text(text)
     assert path.exists(), f"{path} missing: run with GOODPUT_UPDATE_GOLDEN=1 to create it, then review it"
-    assert json.loads(path.read_text()) == json.loads(text), f"rows differ from {path} (GOODPUT_UPDATE_GOLDEN=1 to accept)"
+    assert json.loads(path.read_text()) == json.loads(text), (
+        f"rows differ from {path} (GOODPUT_UPDATE_GOLDEN=1 to accept)"
+    )

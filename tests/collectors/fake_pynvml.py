@@ -105,9 +105,15 @@ class FakeNvml:
     def inject_xid(self, index: int, code: int) -> None:
         for es in self._event_sets:
             if index in es["gpus"]:
-                es["queue"].append(SimpleNamespace(device=self.gpus[index].handle,
-                                                   eventType=_real.nvmlEventTypeXidCriticalError, eventData=code,
-                                                   gpuInstanceId=0, computeInstanceId=0))
+                es["queue"].append(
+                    SimpleNamespace(
+                        device=self.gpus[index].handle,
+                        eventType=_real.nvmlEventTypeXidCriticalError,
+                        eventData=code,
+                        gpuInstanceId=0,
+                        computeInstanceId=0,
+                    )
+                )
 
     def _gpu(self, handle: Any, fn: str) -> FakeGpu:
         self.calls[fn] = self.calls.get(fn, 0) + 1
@@ -206,9 +212,17 @@ class FakeNvml:
         for fid, scope in ids:
             value = g.nvlink_kib.get((fid, scope), 0) if fid in (138, 139) else g.nvlink_errors.get(fid)
             ret = _real.NVML_SUCCESS if value is not None else _real.NVML_ERROR_NOT_SUPPORTED
-            out.append(SimpleNamespace(fieldId=fid, scopeId=scope, timestamp=0, latencyUsec=0,
-                                       valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, nvmlReturn=ret,
-                                       value=SimpleNamespace(ullVal=value or 0)))
+            out.append(
+                SimpleNamespace(
+                    fieldId=fid,
+                    scopeId=scope,
+                    timestamp=0,
+                    latencyUsec=0,
+                    valueType=_real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                    nvmlReturn=ret,
+                    value=SimpleNamespace(ullVal=value or 0),
+                )
+            )
         return out
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:

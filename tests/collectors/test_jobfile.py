@@ -31,16 +31,20 @@ def test_tails_by_offset_and_waits_for_complete_lines(tmp_path):
 
 def test_bad_lines_are_rejected_with_reasons_not_fatal(tmp_path):
     path = tmp_path / "jobs.jsonl"
-    path.write_text("".join([
-        "{not json\n",
-        "[1, 2]\n",
-        line(event="exploded"),
-        line(attempt=0),
-        line(gpus="eight"),
-        json.dumps({"ts_ms": T0, "event": "running", "attempt": 1}) + "\n",
-        "\n",
-        line(event="completed", exit_code=0, source="sim"),
-    ]))
+    path.write_text(
+        "".join(
+            [
+                "{not json\n",
+                "[1, 2]\n",
+                line(event="exploded"),
+                line(attempt=0),
+                line(gpus="eight"),
+                json.dumps({"ts_ms": T0, "event": "running", "attempt": 1}) + "\n",
+                "\n",
+                line(event="completed", exit_code=0, source="sim"),
+            ]
+        )
+    )
     c = JobFileCollector(path)
     rows = c.collect(T0)
     assert [(r["event"], r["source"]) for r in rows] == [("completed", "sim")]

@@ -62,7 +62,11 @@ def test_kueue_lifecycle_with_recovery_preemption_and_readmission():
     rows = [r for t in ticks for r in t]
     assert_valid("job", rows)
     first = rows[0]
-    assert first["job_id"] == "team-a/train-llm" and first["account"] == "team-a" and first["queue"] == "team-a-gpu"
+    assert (
+        first["job_id"] == "team-a/train-llm"
+        and first["account"] == "team-a"
+        and first["queue"] == "team-a-gpu"
+    )
     assert first["priority"] == 100 and first["gpus_requested"] == 32 and first["source"] == "kueue"
     assert first["ts_ms"] == ms("2024-05-01T10:00:00")  # the object's own timestamps, not the poll's
     assert ticks[3][0]["ts_ms"] == ms("2024-05-01T11:00:00.250")
@@ -74,8 +78,12 @@ def test_kueue_edge_triggered_and_idempotent():
     api = Api()
     c = KubeJobCollector("kueue", list_objects=api)
     api.objects = [load("kueue_lifecycle.json")[2]]
-    assert brief(c.collect(T0)) == [("submitted", 1, None), ("allocated", 1, None), ("gang_complete", 1, None),
-                                    ("running", 1, None)]
+    assert brief(c.collect(T0)) == [
+        ("submitted", 1, None),
+        ("allocated", 1, None),
+        ("gang_complete", 1, None),
+        ("running", 1, None),
+    ]
     assert c.collect(T0 + 1000) == [] and c.collect(T0 + 2000) == []
     # a second collector (agent restarted) emits the same keys, so the store deduplicates them
     again = KubeJobCollector("kueue", list_objects=api).collect(T0 + 5000)
@@ -90,7 +98,12 @@ def test_kueue_odd_states_seen_on_first_poll():
     by = {}
     for r in rows:
         by.setdefault(r["job_id"], []).append((r["event"], r.get("reason")))
-    assert by["team-b/eval-a"] == [("submitted", None), ("allocated", None), ("gang_complete", None), ("running", None)]
+    assert by["team-b/eval-a"] == [
+        ("submitted", None),
+        ("allocated", None),
+        ("gang_complete", None),
+        ("running", None),
+    ]
     assert by["team-a/stuck"] == [("submitted", None), ("failed", "timeout")]
     assert by["team-a/big"] == [("submitted", None), ("failed", "node_lost")]
     assert by["team-a/bad"] == [("submitted", None), ("failed", "job_failed")]
@@ -135,14 +148,20 @@ def test_parsers_on_single_objects():
     done["status"] = {"phase": "Completed", "failed": 3, "succeeded": 1}
     assert parse_podgroup(done).state == "failed"
     w = load("kueue_lifecycle.json")[3]
-    assert (parse_workload(w).state, parse_workload(w).setback) == ("recovering", ("failed", "pods_not_ready"))
+    assert (parse_workload(w).state, parse_workload(w).setback) == (
+        "recovering",
+        ("failed", "pods_not_ready"),
+    )
     assert parse_workload(load("kueue_lifecycle.json")[6]).state == "evicted"
-    assert parse_workload(load("kueue_lifecycle.json")[7]).state == "admitted"  # Evicted=False after readmission
+    assert (
+        parse_workload(load("kueue_lifecycle.json")[7]).state == "admitted"
+    )  # Evicted=False after readmission
 
 
 def test_listing_failures():
     def broken(group, version, plural):
         raise TimeoutError("apiserver timed out")
+
     c = KubeJobCollector("kueue", list_objects=broken)
     with pytest.raises(CollectorError, match="workloads.kueue.x-k8s.io/v1beta1"):
         c.collect(T0)

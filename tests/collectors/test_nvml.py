@@ -12,7 +12,7 @@ CGROUPS = {
     201: "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
     # cgroup v2, kubelet with the systemd driver (dashes of the UID become underscores)
     202: f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/"
-         "cri-containerd-0123abcd.scope\n",
+    "cri-containerd-0123abcd.scope\n",
     # cgroup v1, Slurm
     203: "12:memory:/slurm/uid_1000/job_777/step_batch\n11:devices:/slurm/uid_1000/job_777/step_batch\n",
 }
@@ -56,7 +56,12 @@ def test_fields_units_and_jobs(proc):
     assert_valid("gpu", first + rows)
     r = rows[0]
     assert (r["gpu"], r["uuid"], r["model"], r["pci_bus_id"], r["lost"]) == (
-        0, fake.gpus[0].uuid, "NVIDIA H100 80GB HBM3", "00000000:18:00.0", False)
+        0,
+        fake.gpus[0].uuid,
+        "NVIDIA H100 80GB HBM3",
+        "00000000:18:00.0",
+        False,
+    )
     assert r["power_w"] == 350.0 and r["energy_j"] == 1700.0  # mW -> W, mJ -> J
     assert r["util_gpu_pct"] == 50.0 and r["mem_total_bytes"] == 80 << 30 and r["temp_c"] == 55.0
     assert r["sm_clock_mhz"] == 1980.0 and r["mem_clock_mhz"] == 2619.0 and r["throttle_reasons"] == 0
@@ -85,15 +90,26 @@ def test_gpm_needs_two_samples_and_is_absent_where_unsupported(proc):
 
 def test_not_supported_fields_are_absent_not_zero(proc):
     fake, c = make(proc)
-    fake.gpus[1].unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEccErrors",
-                                "nvmlDeviceGetRemappedRows", "nvmlDeviceGetFieldValues",
-                                "nvmlDeviceGetCurrentClocksEventReasons"}
+    fake.gpus[1].unsupported = {
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetTotalEccErrors",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetFieldValues",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+    }
     c.collect(T0)
     advance(fake)
     rows = c.collect(T0 + 1000)
     assert_valid("gpu", rows)
-    for f in ("power_w", "ecc_sbe_total", "ecc_dbe_total", "remapped_rows", "nvlink_tx_bytes_per_s",
-              "nvlink_errors_per_s", "throttle_reasons"):
+    for f in (
+        "power_w",
+        "ecc_sbe_total",
+        "ecc_dbe_total",
+        "remapped_rows",
+        "nvlink_tx_bytes_per_s",
+        "nvlink_errors_per_s",
+        "throttle_reasons",
+    ):
         assert f not in rows[1], f
         assert f in rows[0], f
     assert rows[1]["temp_c"] == 55.0  # the rest of that GPU still reports
@@ -102,8 +118,10 @@ def test_not_supported_fields_are_absent_not_zero(proc):
 
 def test_other_errors_leave_the_field_absent_and_are_named(proc, monkeypatch):
     fake, c = make(proc)
+
     def unknown(h):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
     monkeypatch.setattr(fake, "nvmlDeviceGetPowerUsage", unknown, raising=False)
     rows = c.collect(T0)
     assert all("power_w" not in r for r in rows)

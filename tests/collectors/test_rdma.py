@@ -62,6 +62,7 @@ def test_no_command_runs_unless_configured(node):
 def test_failing_ethtool_costs_only_the_pfc_fields(node):
     def broken(argv):
         raise OSError("ethtool: command not found")
+
     c = RdmaCollector(node(0) / "sys", pfc_netdevs={"mlx5_1": "ens1f1np1"}, run_command=broken)
     rows = c.collect(T0)
     assert len(rows) == 2 and any("ethtool -S ens1f1np1" in s for s in c.skipped)

@@ -51,7 +51,9 @@ def test_reporter_with_unusable_address_disables_itself(monkeypatch):
 def test_rows_arrive_with_phases():
     recv = StepReceiver(("127.0.0.1", 0))
     clock = Clock()
-    rep = StepReporter("job-9", 3, attempt=2, gpu=1, addr=recv.addr, clock=clock, wall=lambda: 1_700_000_000.5)
+    rep = StepReporter(
+        "job-9", 3, attempt=2, gpu=1, addr=recv.addr, clock=clock, wall=lambda: 1_700_000_000.5
+    )
     with rep.step(41):
         with rep.phase("data"):
             clock.t += 0.010
@@ -69,9 +71,18 @@ def test_rows_arrive_with_phases():
     rows, rejected = recv.drain()
     assert rejected == [] and rep.sent == 2
     assert_valid("step", rows)
-    assert rows[0] == {"ts_ms": 1_700_000_000_500, "job_id": "job-9", "rank": 3, "step": 41, "attempt": 2,
-                       "gpu": 1, "duration_ms": pytest.approx(246.0), "data_ms": pytest.approx(10.0),
-                       "compute_ms": pytest.approx(200.0), "comm_ms": pytest.approx(35.0)}
+    assert rows[0] == {
+        "ts_ms": 1_700_000_000_500,
+        "job_id": "job-9",
+        "rank": 3,
+        "step": 41,
+        "attempt": 2,
+        "gpu": 1,
+        "duration_ms": pytest.approx(246.0),
+        "data_ms": pytest.approx(10.0),
+        "compute_ms": pytest.approx(200.0),
+        "comm_ms": pytest.approx(35.0),
+    }
     assert rows[1]["checkpoint_ms"] == pytest.approx(1500.0) and "data_ms" not in rows[1]
     assert recv.drain() == ([], [])
     recv.close()
@@ -94,9 +105,16 @@ def test_malformed_datagrams_rejected_with_reasons():
     recv = StepReceiver(("127.0.0.1", 0))
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     good = {"ts_ms": 1, "job_id": "j", "rank": 0, "step": 5, "duration_ms": 12.5}
-    for payload in [b"\xff\xfe", b"not json", b"[]", json.dumps({**good, "rank": -1}).encode(),
-                    json.dumps({**good, "duration_ms": "fast"}).encode(), json.dumps({**good, "loss": 0.1}).encode(),
-                    json.dumps({k: v for k, v in good.items() if k != "step"}).encode(), json.dumps(good).encode()]:
+    for payload in [
+        b"\xff\xfe",
+        b"not json",
+        b"[]",
+        json.dumps({**good, "rank": -1}).encode(),
+        json.dumps({**good, "duration_ms": "fast"}).encode(),
+        json.dumps({**good, "loss": 0.1}).encode(),
+        json.dumps({k: v for k, v in good.items() if k != "step"}).encode(),
+        json.dumps(good).encode(),
+    ]:
         s.sendto(payload, recv.addr)
     s.close()
     time.sleep(0.05)

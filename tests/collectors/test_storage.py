@@ -21,6 +21,7 @@ def two_ticks(node, make):
 
 # -- diskstats -------------------------------------------------------------------------------------
 
+
 def test_diskstats_golden_and_rules(node):
     c, first, second = two_ticks(node, lambda root: DiskstatsCollector(root / "proc"))
     assert_valid("storage", first + second)
@@ -54,11 +55,13 @@ def test_diskstats_absent(tmp_path):
 
 # -- PSI -------------------------------------------------------------------------------------------
 
+
 def test_psi_percent_of_tick_from_totals(node):
     _, first, second = two_ticks(node, lambda root: PsiCollector(root / "proc"))
     assert first == [{"ts_ms": T0, "source": "psi", "device": "io"}]
-    assert second == [{"ts_ms": T0 + 1000, "source": "psi", "device": "io", "psi_some_pct": 25.0,
-                       "psi_full_pct": 10.0}]
+    assert second == [
+        {"ts_ms": T0 + 1000, "source": "psi", "device": "io", "psi_some_pct": 25.0, "psi_full_pct": 10.0}
+    ]
 
 
 def test_psi_without_full_line_and_bad_file(tmp_path):
@@ -71,8 +74,11 @@ def test_psi_without_full_line_and_bad_file(tmp_path):
 
 # -- NFS -------------------------------------------------------------------------------------------
 
+
 def test_nfs_rows_for_configured_mount(node):
-    c, _, second = two_ticks(node, lambda root: NfsCollector(root / "proc", mounts=["/mnt/datasets", "/mnt/gone"]))
+    c, _, second = two_ticks(
+        node, lambda root: NfsCollector(root / "proc", mounts=["/mnt/datasets", "/mnt/gone"])
+    )
     assert_valid("storage", second)
     (row,) = second
     assert row["device"] == "/mnt/datasets"
@@ -90,6 +96,7 @@ def test_nfs_parse_every_mount_with_escaped_path():
 
 # -- Lustre ----------------------------------------------------------------------------------------
 
+
 def test_lustre_llite_and_osc_rows(node):
     _, _, second = two_ticks(node, lambda root: LustreCollector([root / "proc" / "fs" / "lustre"]))
     assert_valid("storage", second)
@@ -103,13 +110,18 @@ def test_lustre_llite_and_osc_rows(node):
 
 def test_lustre_parse_and_absent(tmp_path):
     lines = parse_stats(LLITE[0])
-    assert "snapshot_time" not in lines and lines["read"].unit == "usec" and lines["read_bytes"].sum == 500 << 20
+    assert (
+        "snapshot_time" not in lines and lines["read"].unit == "usec" and lines["read_bytes"].sum == 500 << 20
+    )
     assert device_name("scratch-OST0003-osc-ffff9a8b7c6d5000") == "scratch-OST0003"
     with pytest.raises(CollectorUnavailable, match="no Lustre"):
-        LustreCollector([tmp_path / "fs" / "lustre", tmp_path / "sys" / "kernel" / "debug" / "lustre"]).collect(T0)
+        LustreCollector(
+            [tmp_path / "fs" / "lustre", tmp_path / "sys" / "kernel" / "debug" / "lustre"]
+        ).collect(T0)
 
 
 # -- this machine's real files ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("make", [DiskstatsCollector, PsiCollector], ids=["diskstats", "psi"])
 def test_real_proc_files_validate(make):

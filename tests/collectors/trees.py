@@ -21,43 +21,104 @@ ROCE_PCI = "devices/pci0000:00/0000:00:03.0/0000:29:00.1"
 
 # (device, port) -> tick -> counter file -> value (str, as the kernel writes it)
 IB_COUNTERS = {
-    0: {"port_xmit_data": "1000000000", "port_rcv_data": "2000000000", "port_xmit_packets": "5000000",
-        "port_rcv_packets": "6000000", "port_xmit_wait": "4294967000", "symbol_error": "65535",
-        "port_rcv_errors": "65530", "port_xmit_discards": "N/A (no PMA)", "link_downed": "1"},
-    1: {"port_xmit_data": "1250000000", "port_rcv_data": "2500000000", "port_xmit_packets": "5100000",
-        "port_rcv_packets": "6200000", "port_xmit_wait": "704", "symbol_error": "65535",
-        "port_rcv_errors": "65535", "port_xmit_discards": "N/A (no PMA)", "link_downed": "1"},
+    0: {
+        "port_xmit_data": "1000000000",
+        "port_rcv_data": "2000000000",
+        "port_xmit_packets": "5000000",
+        "port_rcv_packets": "6000000",
+        "port_xmit_wait": "4294967000",
+        "symbol_error": "65535",
+        "port_rcv_errors": "65530",
+        "port_xmit_discards": "N/A (no PMA)",
+        "link_downed": "1",
+    },
+    1: {
+        "port_xmit_data": "1250000000",
+        "port_rcv_data": "2500000000",
+        "port_xmit_packets": "5100000",
+        "port_rcv_packets": "6200000",
+        "port_xmit_wait": "704",
+        "symbol_error": "65535",
+        "port_rcv_errors": "65535",
+        "port_xmit_discards": "N/A (no PMA)",
+        "link_downed": "1",
+    },
 }
 IB_HW = {
-    0: {"out_of_sequence": "4294967290", "packet_seq_err": "7", "local_ack_timeout_err": "3",
-        "req_transport_retries_exceeded": "0", "duplicate_request": "0", "rnr_nak_retry_err": "0"},
-    1: {"out_of_sequence": "10", "packet_seq_err": "9", "local_ack_timeout_err": "3",
-        "req_transport_retries_exceeded": "1", "duplicate_request": "0", "rnr_nak_retry_err": "0"},
+    0: {
+        "out_of_sequence": "4294967290",
+        "packet_seq_err": "7",
+        "local_ack_timeout_err": "3",
+        "req_transport_retries_exceeded": "0",
+        "duplicate_request": "0",
+        "rnr_nak_retry_err": "0",
+    },
+    1: {
+        "out_of_sequence": "10",
+        "packet_seq_err": "9",
+        "local_ack_timeout_err": "3",
+        "req_transport_retries_exceeded": "1",
+        "duplicate_request": "0",
+        "rnr_nak_retry_err": "0",
+    },
 }
 ROCE_COUNTERS = {
-    0: {"port_xmit_data": "500000000", "port_rcv_data": "400000000", "port_xmit_packets": "1000",
-        "port_rcv_packets": "2000", "port_xmit_wait": "0", "symbol_error": "0", "port_rcv_errors": "0",
-        "port_xmit_discards": "0", "link_downed": "0"},
-    1: {"port_xmit_data": "750000000", "port_rcv_data": "400000000", "port_xmit_packets": "2000",
-        "port_rcv_packets": "2000", "port_xmit_wait": "100", "symbol_error": "0", "port_rcv_errors": "0",
-        "port_xmit_discards": "2", "link_downed": "0"},
+    0: {
+        "port_xmit_data": "500000000",
+        "port_rcv_data": "400000000",
+        "port_xmit_packets": "1000",
+        "port_rcv_packets": "2000",
+        "port_xmit_wait": "0",
+        "symbol_error": "0",
+        "port_rcv_errors": "0",
+        "port_xmit_discards": "0",
+        "link_downed": "0",
+    },
+    1: {
+        "port_xmit_data": "750000000",
+        "port_rcv_data": "400000000",
+        "port_xmit_packets": "2000",
+        "port_rcv_packets": "2000",
+        "port_xmit_wait": "100",
+        "symbol_error": "0",
+        "port_rcv_errors": "0",
+        "port_xmit_discards": "2",
+        "link_downed": "0",
+    },
 }
 ROCE_HW = {
-    0: {"np_ecn_marked_roce_packets": "100", "np_cnp_sent": "90", "rp_cnp_handled": "80",
-        "rp_cnp_ignored": "0", "out_of_sequence": "0", "packet_seq_err": "0", "local_ack_timeout_err": "0",
-        "req_transport_retries_exceeded": "0"},
-    1: {"np_ecn_marked_roce_packets": "600", "np_cnp_sent": "590", "rp_cnp_handled": "380",
-        "rp_cnp_ignored": "0", "out_of_sequence": "0", "packet_seq_err": "0", "local_ack_timeout_err": "0",
-        "req_transport_retries_exceeded": "0"},
+    0: {
+        "np_ecn_marked_roce_packets": "100",
+        "np_cnp_sent": "90",
+        "rp_cnp_handled": "80",
+        "rp_cnp_ignored": "0",
+        "out_of_sequence": "0",
+        "packet_seq_err": "0",
+        "local_ack_timeout_err": "0",
+        "req_transport_retries_exceeded": "0",
+    },
+    1: {
+        "np_ecn_marked_roce_packets": "600",
+        "np_cnp_sent": "590",
+        "rp_cnp_handled": "380",
+        "rp_cnp_ignored": "0",
+        "out_of_sequence": "0",
+        "packet_seq_err": "0",
+        "local_ack_timeout_err": "0",
+        "req_transport_retries_exceeded": "0",
+    },
 }
 
 # `ethtool -S ens1f1np1` as an mlx5 RoCE netdev prints it (trimmed), per tick
 ETHTOOL = {
-    tick: "NIC statistics:\n     rx_packets: 123456\n     tx_packets: 654321\n     rx_pause_ctrl_phy: 0\n" + "".join(
+    tick: "NIC statistics:\n     rx_packets: 123456\n     tx_packets: 654321\n     rx_pause_ctrl_phy: 0\n"
+    + "".join(
         f"     rx_prio{p}_bytes: 0\n     rx_prio{p}_packets: 0\n     rx_prio{p}_pause: {pause}\n"
         f"     rx_prio{p}_pause_duration: {dur}\n     tx_prio{p}_pause: 0\n     tx_prio{p}_pause_duration: 0\n"
         f"     rx_prio{p}_pause_transition: 0\n"
-        for p, (pause, dur) in enumerate(prios)) + "     module_unplug: 0\n"
+        for p, (pause, dur) in enumerate(prios)
+    )
+    + "     module_unplug: 0\n"
     for tick, prios in {
         0: [(0, 0)] * 3 + [(1000, 50000)] + [(0, 0)] * 4,
         1: [(0, 0)] * 3 + [(1500, 80000)] + [(10, 200)] + [(0, 0)] * 3,
@@ -120,8 +181,11 @@ device 10.0.0.6:/home mounted on /home/shared\\040dir with fstype nfs statvers=1
 \t        READ: 0 0 0 0 0 0 0 0
 """
 MOUNTSTATS = {
-    tick: _NFS_HEAD + f"\tbytes:\t{nr} {nw} 0 0 {sr} {sw} {sr // 4096} {sw // 4096}\n"
-    + _NFS_OPS.format(reads=reads, rsent=reads * 144, rrecv=sr + reads * 100, rtt=rtt, exe=rtt + 50, writes=writes)
+    tick: _NFS_HEAD
+    + f"\tbytes:\t{nr} {nw} 0 0 {sr} {sw} {sr // 4096} {sw // 4096}\n"
+    + _NFS_OPS.format(
+        reads=reads, rsent=reads * 144, rrecv=sr + reads * 100, rtt=rtt, exe=rtt + 50, writes=writes
+    )
     for tick, (nr, nw, sr, sw, reads, rtt, writes) in {
         0: (10 << 20, 5 << 20, 8 << 20, 5 << 20, 256, 2048, 128),
         1: (30 << 20, 6 << 20, 108 << 20, 6 << 20, 356, 2548, 160),
@@ -136,8 +200,10 @@ LLITE = {
     + f"read                      {rc} samples [usec] 10 5000 {rus} 123456789\n"
     + "open                      12 samples [usec] 1 10 30 120\nclose                     12 samples [usec] 1 10 30 120\n"
     + "getattr                   200 samples [usec] 1 10 300 1200\n"
-    for tick, (rc, rb, wc, wb, rus) in {0: (1000, 500 << 20, 200, 100 << 20, 200000),
-                                        1: (1400, 900 << 20, 210, 110 << 20, 240000)}.items()
+    for tick, (rc, rb, wc, wb, rus) in {
+        0: (1000, 500 << 20, 200, 100 << 20, 200000),
+        1: (1400, 900 << 20, 210, 110 << 20, 240000),
+    }.items()
 }
 OSC = {
     tick: _LUSTRE_HEAD.format(t=1700000100 + tick)
@@ -147,8 +213,10 @@ OSC = {
     + f"write_bytes               {wc} samples [bytes] 4096 4194304 {wb} 1099511627776\n"
     + f"ost_read                  {rc} samples [usec] 100 90000 {rus} 9000000000\n"
     + "ost_write                 50 samples [usec] 100 90000 50000 9000000000\n"
-    for tick, (rc, rb, wc, wb, rus) in {0: (100, 400 << 20, 50, 100 << 20, 300000),
-                                        1: (200, 800 << 20, 50, 100 << 20, 800000)}.items()
+    for tick, (rc, rb, wc, wb, rus) in {
+        0: (100, 400 << 20, 50, 100 << 20, 300000),
+        1: (200, 800 << 20, 50, 100 << 20, 800000),
+    }.items()
 }
 
 
@@ -157,8 +225,18 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text if text.endswith("\n") else text + "\n")
 
 
-def _ib_port(sys_root: Path, pci: str, dev: str, port: int, *, layer: str, state: str, rate: str,
-             counters: dict[str, str], hw: dict[str, str]) -> None:
+def _ib_port(
+    sys_root: Path,
+    pci: str,
+    dev: str,
+    port: int,
+    *,
+    layer: str,
+    state: str,
+    rate: str,
+    counters: dict[str, str],
+    hw: dict[str, str],
+) -> None:
     devdir = sys_root / pci / "infiniband" / dev
     link = sys_root / "class" / "infiniband" / dev
     if not link.exists():
@@ -177,11 +255,29 @@ def _ib_port(sys_root: Path, pci: str, dev: str, port: int, *, layer: str, state
 
 
 def write_sysfs(sys_root: Path, tick: int) -> None:
-    _ib_port(sys_root, IB_PCI, "mlx5_0", 1, layer="InfiniBand", state="4: ACTIVE", rate="400 Gb/sec (4X NDR)",
-             counters=IB_COUNTERS[tick], hw=IB_HW[tick])
+    _ib_port(
+        sys_root,
+        IB_PCI,
+        "mlx5_0",
+        1,
+        layer="InfiniBand",
+        state="4: ACTIVE",
+        rate="400 Gb/sec (4X NDR)",
+        counters=IB_COUNTERS[tick],
+        hw=IB_HW[tick],
+    )
     hw = {k: v for k, v in ROCE_HW[tick].items() if k != UNREADABLE}
-    _ib_port(sys_root, ROCE_PCI, "mlx5_1", 1, layer="Ethernet", state="4: ACTIVE", rate="200 Gb/sec (4X HDR)",
-             counters=ROCE_COUNTERS[tick], hw=hw)
+    _ib_port(
+        sys_root,
+        ROCE_PCI,
+        "mlx5_1",
+        1,
+        layer="Ethernet",
+        state="4: ACTIVE",
+        rate="200 Gb/sec (4X HDR)",
+        counters=ROCE_COUNTERS[tick],
+        hw=hw,
+    )
     # An unreadable counter: reading it fails with an OSError other than "not found".
     (sys_root / ROCE_PCI / "infiniband/mlx5_1/ports/1/hw_counters" / UNREADABLE).mkdir(exist_ok=True)
 
@@ -208,7 +304,8 @@ def write_node(root: Path, tick: int) -> None:
 TYPICAL_DISKS = "".join(
     f" 259 {i} nvme{i}n1 5000 0 400000 3000 8000 0 640000 9000 2 3000 12000 10 0 800 5 31 7\n"
     f" 259 {i + 10} nvme{i}n1p1 4000 0 300000 1000 7000 0 600000 8000 0 2000 9000 0 0 0 0 0 0\n"
-    for i in range(4))
+    for i in range(4)
+)
 
 
 def write_typical_node(root: Path, *, ports: int = 8, osts: int = 8) -> None:
@@ -217,9 +314,17 @@ def write_typical_node(root: Path, *, ports: int = 8, osts: int = 8) -> None:
     sysfs, proc, lustre = root / "sys", root / "proc", root / "lustre"
     for i in range(ports):
         layer = "InfiniBand" if i < ports - 2 else "Ethernet"
-        _ib_port(sysfs, f"devices/pci0000:00/0000:00:{i:02x}.0", f"mlx5_{i}", 1, layer=layer,
-                 state="4: ACTIVE", rate="400 Gb/sec (4X NDR)", counters=ROCE_COUNTERS[0],
-                 hw=ROCE_HW[0] | IB_HW[0])
+        _ib_port(
+            sysfs,
+            f"devices/pci0000:00/0000:00:{i:02x}.0",
+            f"mlx5_{i}",
+            1,
+            layer=layer,
+            state="4: ACTIVE",
+            rate="400 Gb/sec (4X NDR)",
+            counters=ROCE_COUNTERS[0],
+            hw=ROCE_HW[0] | IB_HW[0],
+        )
     _write(proc / "diskstats", TYPICAL_DISKS)
     _write(proc / "pressure" / "io", PSI[0])
     _write(proc / "self" / "mountstats", MOUNTSTATS[0])

@@ -11,9 +11,17 @@ from contracts.envelope import encode_batch
 def envelope(node: str, seq: int, rows: int = 4, kind: str = "gpu") -> bytes:
     """A real gpu envelope from `node`, its rows tagged with `seq` so that loss is visible."""
     return encode_batch(
-        kind=kind, cluster="test", node=node, seq=seq, sent_ms=1_700_000_000_000 + seq,
-        columns={"ts_ms": [1_700_000_000_000 + seq] * rows, "gpu": list(range(rows)),
-                 "uuid": [f"GPU-{node}-{g}" for g in range(rows)], "util_gpu_pct": [50.0] * rows},
+        kind=kind,
+        cluster="test",
+        node=node,
+        seq=seq,
+        sent_ms=1_700_000_000_000 + seq,
+        columns={
+            "ts_ms": [1_700_000_000_000 + seq] * rows,
+            "gpu": list(range(rows)),
+            "uuid": [f"GPU-{node}-{g}" for g in range(rows)],
+            "util_gpu_pct": [50.0] * rows,
+        },
         agent="goodput-test/0",
     )
 

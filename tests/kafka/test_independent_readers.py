@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from contracts.schema import topic_for
-from transport.kafka import KafkaProducerTransport, ensure_topics
 from tests.kafka.helpers import envelope
+from transport.kafka import KafkaProducerTransport, ensure_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -50,11 +50,27 @@ def test_kcat_reads_the_topic(kafka_broker, written):
     topic, expected = written
     kcat = shutil.which("kcat")
     if kcat is None:
-        pytest.fail("kcat is not installed: run `bash .ci/install.d/kafka.sh` (apt-get install kcat)", pytrace=False)
+        pytest.fail(
+            "kcat is not installed: run `bash .ci/install.d/kafka.sh` (apt-get install kcat)", pytrace=False
+        )
     done = subprocess.run(
-        [kcat, "-b", kafka_broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
-         "-f", "%k\t%s\n"],
-        capture_output=True, text=True, timeout=60,
+        [
+            kcat,
+            "-b",
+            kafka_broker.bootstrap,
+            "-C",
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%k\t%s\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line]
@@ -66,9 +82,19 @@ def test_kafka_console_consumer_reads_the_topic(kafka_broker, written):
     topic, expected = written
     cmd = kafka_broker.java_cmd(
         "org.apache.kafka.tools.consumer.ConsoleConsumer",
-        "--bootstrap-server", kafka_broker.bootstrap, "--topic", topic, "--from-beginning",
-        "--max-messages", str(len(expected)), "--timeout-ms", "30000",
-        "--formatter-property", "print.key=true", "--formatter-property", "key.separator=\t",
+        "--bootstrap-server",
+        kafka_broker.bootstrap,
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        str(len(expected)),
+        "--timeout-ms",
+        "30000",
+        "--formatter-property",
+        "print.key=true",
+        "--formatter-property",
+        "key.separator=\t",
     )
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr[-2000:]

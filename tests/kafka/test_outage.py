@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 
 from agents.spool import Spool
-from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, KafkaSendError
-from transport.base import TransportError
 from tests.kafka.helpers import envelope, poll_quiet
+from transport.base import TransportError
+from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, KafkaSendError
 
 pytestmark = pytest.mark.kafka
 
@@ -73,9 +73,18 @@ def test_broker_outage_mid_stream_loses_nothing(kafka_broker, tmp_path):
         kafka_broker.create_topic(t, 2)
     bootstrap = kafka_broker.bootstrap
     retrying = KafkaProducerTransport({"bootstrap": bootstrap, "linger_ms": 5})  # delivery timeout 120 s
-    short = KafkaProducerTransport({"bootstrap": bootstrap, "linger_ms": 0, "request_timeout_ms": 1500,
-                                    "delivery_timeout_ms": 3000, "max_block_ms": 1000})
-    bounded = KafkaProducerTransport({"bootstrap": bootstrap, "max_pending_bytes": 4096, "max_block_ms": 1000})
+    short = KafkaProducerTransport(
+        {
+            "bootstrap": bootstrap,
+            "linger_ms": 0,
+            "request_timeout_ms": 1500,
+            "delivery_timeout_ms": 3000,
+            "max_block_ms": 1000,
+        }
+    )
+    bounded = KafkaProducerTransport(
+        {"bootstrap": bootstrap, "max_pending_bytes": 4096, "max_block_ms": 1000}
+    )
     assert retrying.idempotent and short.idempotent
     spool = Spool(tmp_path / "spool", max_bytes=4 << 20, fsync="never")
     agent = SpooledSender(short, spool)

@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from contracts.schema import KINDS, topic_for
-from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, ensure_topics
-from transport.base import TransportError
 from tests.kafka.helpers import decoded, envelope, poll_quiet, poll_until
+from transport.base import TransportError
+from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, ensure_topics
 
 pytestmark = pytest.mark.kafka
 
@@ -65,7 +65,9 @@ def test_round_trip_envelopes_keyed_by_node(kafka_broker):
         node, _ = decoded(r.value)
         assert r.key == node.encode() and r.topic == topic
         partition_of.setdefault(node, set()).add(r.partition)
-    assert all(len(parts) == 1 for parts in partition_of.values()), "key = node must pin a node to one partition"
+    assert all(len(parts) == 1 for parts in partition_of.values()), (
+        "key = node must pin a node to one partition"
+    )
     for node in nodes:  # per node, seq grows with the offset: no reordering
         mine = sorted((r.offset, decoded(r.value)[1]) for r in got if r.key == node.encode())
         assert [s for _, s in mine] == list(range(10))
@@ -131,4 +133,3 @@ def test_send_to_missing_topic_fails_with_a_clear_error(kafka_broker):
         assert err.value.undelivered == [("goodput.no-such-topic", b"n", b"v")]
     finally:
         p.close()
-

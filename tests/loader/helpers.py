@@ -17,11 +17,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from contracts import config as config_mod
 from contracts.envelope import encode_batch
 from contracts.schema import KINDS, topic_for
-from contracts import config as config_mod
-from transport.kafka import KafkaProducerTransport, KafkaSettings, ensure_topics
 from pipeline.loader_service import LoaderService
+from transport.kafka import KafkaProducerTransport, KafkaSettings, ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 GOODPUT = str(ROOT / ".venv" / "bin" / "goodput")
@@ -41,11 +41,20 @@ def _toml_lines(table: dict) -> str:
     return "\n".join(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v!r}" for k, v in table.items())
 
 
-def write_config(path: Path, bootstrap: str, prefix: str, store: Path, kafka: dict | None = None, **loader) -> Path:
+def write_config(
+    path: Path, bootstrap: str, prefix: str, store: Path, kafka: dict | None = None, **loader
+) -> Path:
     """A goodput config for a 16-node cluster reading Kafka topics `<prefix>.<kind>`; `loader` and
     `kafka` add to or override its [loader] and [transport.kafka] keys."""
-    settings = {"max_batch_rows": MAX_BATCH_ROWS, "flush_interval_s": 0.3, "lag_interval_s": 0.5,
-                "retry_backoff_s": 0.2, "retry_backoff_max_s": 1.0, "metrics_address": "", **loader}
+    settings = {
+        "max_batch_rows": MAX_BATCH_ROWS,
+        "flush_interval_s": 0.3,
+        "lag_interval_s": 0.5,
+        "retry_backoff_s": 0.2,
+        "retry_backoff_max_s": 1.0,
+        "metrics_address": "",
+        **loader,
+    }
     kafka_settings = {"bootstrap": bootstrap, "group_id": f"loader-{prefix}", **(kafka or {})}
     path.write_text(f"""schema_version = 1
 [cluster]
@@ -81,32 +90,69 @@ def columns(kind: str, rows: int, seq: int, node: str = NODES[0]) -> dict[str, l
     now = int(time.time() * 1000) - 60_000
     ts = [now + seq * 1000 + r for r in range(rows)]
     if kind == "gpu":
-        return {"ts_ms": ts, "gpu": [r % 8 for r in range(rows)], "uuid": [f"GPU-{r % 8}" for r in range(rows)],
-                "util_gpu_pct": [50.0 + r % 50 for r in range(rows)], "power_w": [400.5] * rows,
-                "pcie_tx_bytes_per_s": [1e9] * rows, "mem_used_bytes": [2**34] * rows, "lost": [False] * rows}
+        return {
+            "ts_ms": ts,
+            "gpu": [r % 8 for r in range(rows)],
+            "uuid": [f"GPU-{r % 8}" for r in range(rows)],
+            "util_gpu_pct": [50.0 + r % 50 for r in range(rows)],
+            "power_w": [400.5] * rows,
+            "pcie_tx_bytes_per_s": [1e9] * rows,
+            "mem_used_bytes": [2**34] * rows,
+            "lost": [False] * rows,
+        }
     if kind == "nic":
-        return {"ts_ms": ts, "device": ["mlx5_0"] * rows, "port": [1 + r for r in range(rows)],
-                "link_layer": ["InfiniBand"] * rows, "tx_bytes_per_s": [2e10] * rows}
+        return {
+            "ts_ms": ts,
+            "device": ["mlx5_0"] * rows,
+            "port": [1 + r for r in range(rows)],
+            "link_layer": ["InfiniBand"] * rows,
+            "tx_bytes_per_s": [2e10] * rows,
+        }
     if kind == "storage":
-        return {"ts_ms": ts, "source": ["nfs"] * rows, "device": [f"/mnt/d{r}" for r in range(rows)],
-                "read_bytes_per_s": [1e9] * rows, "busy_pct": [20.0] * rows}
+        return {
+            "ts_ms": ts,
+            "source": ["nfs"] * rows,
+            "device": [f"/mnt/d{r}" for r in range(rows)],
+            "read_bytes_per_s": [1e9] * rows,
+            "busy_pct": [20.0] * rows,
+        }
     if kind == "job":
-        return {"ts_ms": ts, "job_id": [f"job-{seq}"] * rows, "event": ["allocated"] * rows,
-                "attempt": [1] * rows, "node": [NODES[r % len(NODES)] for r in range(rows)],
-                "gpu_indices": [[0, 1, 2, 3]] * rows}
+        return {
+            "ts_ms": ts,
+            "job_id": [f"job-{seq}"] * rows,
+            "event": ["allocated"] * rows,
+            "attempt": [1] * rows,
+            "node": [NODES[r % len(NODES)] for r in range(rows)],
+            "gpu_indices": [[0, 1, 2, 3]] * rows,
+        }
     if kind == "step":
         first_rank = NODES.index(node) * rows if node in NODES else 0
-        return {"ts_ms": ts, "job_id": ["job-1"] * rows, "rank": [first_rank + r for r in range(rows)],
-                "step": [seq] * rows, "duration_ms": [1000.0] * rows, "data_ms": [10.0] * rows}
+        return {
+            "ts_ms": ts,
+            "job_id": ["job-1"] * rows,
+            "rank": [first_rank + r for r in range(rows)],
+            "step": [seq] * rows,
+            "duration_ms": [1000.0] * rows,
+            "data_ms": [10.0] * rows,
+        }
     raise KeyError(kind)
 
 
 def batch(kind: str, node: str, seq: int, rows: int = 8, *, cluster: str = CLUSTER, **over) -> bytes:
-    return encode_batch(kind=kind, cluster=cluster, node=node, seq=seq, sent_ms=int(time.time() * 1000),
-                        columns={**columns(kind, rows, seq, node), **over}, agent="goodput-test/0")
+    return encode_batch(
+        kind=kind,
+        cluster=cluster,
+        node=node,
+        seq=seq,
+        sent_ms=int(time.time() * 1000),
+        columns={**columns(kind, rows, seq, node), **over},
+        agent="goodput-test/0",
+    )
 
 
-def good_stream(seqs: range, rows: int = 8, nodes: tuple[str, ...] = NODES[:4]) -> list[tuple[str, str, bytes, int]]:
+def good_stream(
+    seqs: range, rows: int = 8, nodes: tuple[str, ...] = NODES[:4]
+) -> list[tuple[str, str, bytes, int]]:
     """(kind, node, envelope, rows) for every kind: node batches from each of `nodes`, job events from
     the scheduler host; seq numbers from `seqs` per (node, kind)."""
     out = []
@@ -148,7 +194,9 @@ class ServiceThread:
 
     def __init__(self, config_path: Path, store, **kw) -> None:
         self.cfg = config_mod.load(config_path)
-        self.service = LoaderService(self.cfg, store, KafkaSettings.from_config(self.cfg.transport.kafka), **kw)
+        self.service = LoaderService(
+            self.cfg, store, KafkaSettings.from_config(self.cfg.transport.kafka), **kw
+        )
         self.result = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -169,7 +217,9 @@ class ServiceThread:
             if self.error is not None or not self.thread.is_alive():
                 raise AssertionError(f"the loader service ended early: {self.error!r}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s} s; loader totals {self.service.loader.totals}")
+                raise AssertionError(
+                    f"timed out after {timeout_s} s; loader totals {self.service.loader.totals}"
+                )
             time.sleep(0.1)
 
     def stop_and_join(self, timeout_s: float = 60.0) -> None:
@@ -207,9 +257,13 @@ class LoaderProcess:
     def __init__(self, config: Path, *args: str, env: dict | None = None, log: Path | None = None) -> None:
         self.log_path = log or config.with_suffix(".log")
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([GOODPUT, "-v", "ingest", "--config", str(config), *args],
-                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            [GOODPUT, "-v", "ingest", "--config", str(config), *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
 
     def wait(self, timeout_s: float = 120.0) -> int:
         try:
@@ -233,8 +287,14 @@ class LoaderProcess:
 
 def raw_counts(store, final: bool = True) -> Counter:
     """Rows per kind in the raw tables (FINAL: as the ReplacingMergeTree key makes them unique)."""
-    return Counter({kind: store.query_arrow(f"SELECT count() AS n FROM raw_{kind}{' FINAL' if final else ''}")
-                    .column("n")[0].as_py() for kind in KINDS})
+    return Counter(
+        {
+            kind: store.query_arrow(f"SELECT count() AS n FROM raw_{kind}{' FINAL' if final else ''}")
+            .column("n")[0]
+            .as_py()
+            for kind in KINDS
+        }
+    )
 
 
 def ledger_keys(store) -> list[tuple[str, str, int]]:

@@ -12,16 +12,19 @@ def test_max_past_days_bound_is_the_raw_tables_ttl():
     assert config.LoaderConfig.MAX_PAST_DAYS == ddl.RAW_TTL_DAYS
 
 
-@pytest.mark.parametrize("table, words", [
-    ({"flush_interval_s": 0}, "flush_interval_s"),
-    ({"flush_records": 0}, "flush_records"),
-    ({"max_past_days": 365}, "max_past_days"),
-    ({"retry_backoff_s": 5.0, "retry_backoff_max_s": 1.0}, "retry_backoff_max_s"),
-    ({"metrics_address": "9479"}, "metrics_address"),
-    ({"analyze_every_s": -1.0}, "analyze_every_s"),
-    ({"flush_recods": 10}, "unknown key(s) flush_recods"),
-    ({"flush_records": "many"}, "flush_records: expected int"),
-])
+@pytest.mark.parametrize(
+    "table, words",
+    [
+        ({"flush_interval_s": 0}, "flush_interval_s"),
+        ({"flush_records": 0}, "flush_records"),
+        ({"max_past_days": 365}, "max_past_days"),
+        ({"retry_backoff_s": 5.0, "retry_backoff_max_s": 1.0}, "retry_backoff_max_s"),
+        ({"metrics_address": "9479"}, "metrics_address"),
+        ({"analyze_every_s": -1.0}, "analyze_every_s"),
+        ({"flush_recods": 10}, "unknown key(s) flush_recods"),
+        ({"flush_records": "many"}, "flush_records: expected int"),
+    ],
+)
 def test_bad_loader_values_are_refused_naming_the_key(table, words):
     with pytest.raises(config.ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
         config.parse({"loader": table})

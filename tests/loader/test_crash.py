@@ -12,9 +12,17 @@ import signal
 
 import pytest
 
-from pipeline.loader_service import TEST_KILL_ENV
 from pipeline.chdb_store import ChdbStore
-from tests.loader.helpers import LoaderProcess, Producer, good_stream, ledger_keys, new_topics, raw_counts, write_config
+from pipeline.loader_service import TEST_KILL_ENV
+from tests.loader.helpers import (
+    LoaderProcess,
+    Producer,
+    good_stream,
+    ledger_keys,
+    new_topics,
+    raw_counts,
+    write_config,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -22,8 +30,14 @@ pytestmark = pytest.mark.kafka
 def test_sigkill_between_insert_and_commit_then_restart_is_exact(kafka_broker, tmp_path):
     prefix = new_topics(kafka_broker.bootstrap, partitions=2)
     store_dir = tmp_path / "store"
-    config = write_config(tmp_path / "goodput.toml", kafka_broker.bootstrap, prefix, store_dir, flush_records=15,
-                          flush_interval_s=5.0)
+    config = write_config(
+        tmp_path / "goodput.toml",
+        kafka_broker.bootstrap,
+        prefix,
+        store_dir,
+        flush_records=15,
+        flush_interval_s=5.0,
+    )
     sent = good_stream(range(0, 5))
     producer = Producer(kafka_broker.bootstrap, prefix)
     producer.send_all(sent)

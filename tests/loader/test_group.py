@@ -12,8 +12,19 @@ import pytest
 
 from contracts.schema import KINDS
 from pipeline.chdb_store import ChdbStore
-from tests.loader.helpers import (NODES, LoaderProcess, Producer, free_port, good_stream, ledger_keys, metric_sum,
-                                  new_topics, raw_counts, scrape, write_config)
+from tests.loader.helpers import (
+    NODES,
+    LoaderProcess,
+    Producer,
+    free_port,
+    good_stream,
+    ledger_keys,
+    metric_sum,
+    new_topics,
+    raw_counts,
+    scrape,
+    write_config,
+)
 
 pytestmark = pytest.mark.kafka
 PARTITIONS = 4
@@ -38,14 +49,28 @@ def _scrape_or_empty(port: int) -> dict:
 def test_two_loaders_split_the_partitions_and_store_each_batch_once(kafka_broker, tmp_path):
     prefix = new_topics(kafka_broker.bootstrap, partitions=PARTITIONS)
     ports = [free_port(), free_port()]
-    configs = [write_config(tmp_path / f"loader{i}.toml", kafka_broker.bootstrap, prefix, tmp_path / f"store{i}",
-                            metrics_address=f"127.0.0.1:{ports[i]}", flush_records=25) for i in range(2)]
+    configs = [
+        write_config(
+            tmp_path / f"loader{i}.toml",
+            kafka_broker.bootstrap,
+            prefix,
+            tmp_path / f"store{i}",
+            metrics_address=f"127.0.0.1:{ports[i]}",
+            flush_records=25,
+        )
+        for i in range(2)
+    ]
     procs = [LoaderProcess(c) for c in configs]
     try:
+
         def owned(i: int) -> float:
             return metric_sum(_scrape_or_empty(ports[i]), "goodput_loader_assigned_partitions")
 
-        _wait(lambda: owned(0) > 0 and owned(1) > 0 and owned(0) + owned(1) == PARTITIONS * len(KINDS), 90, procs)
+        _wait(
+            lambda: owned(0) > 0 and owned(1) > 0 and owned(0) + owned(1) == PARTITIONS * len(KINDS),
+            90,
+            procs,
+        )
         split = (owned(0), owned(1))
 
         sent = good_stream(range(0, 4), nodes=NODES)  # 16 nodes: every partition gets batches

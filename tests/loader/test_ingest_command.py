@@ -9,21 +9,41 @@ import time
 import pytest
 
 from pipeline.chdb_store import ChdbStore
-from tests.loader.helpers import (GOODPUT, ROOT, LoaderProcess, Producer, free_port, good_stream, new_topics,
-                                  write_config)
+from tests.loader.helpers import (
+    GOODPUT,
+    ROOT,
+    LoaderProcess,
+    Producer,
+    free_port,
+    good_stream,
+    new_topics,
+    write_config,
+)
 
 
 def test_without_kafka_configured_it_says_what_to_set(tmp_path):
-    p = subprocess.run([GOODPUT, "ingest", "--store", str(tmp_path / "s")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
+    p = subprocess.run(
+        [GOODPUT, "ingest", "--store", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert p.returncode == 2
-    assert '[transport] kind = "kafka"' in p.stderr and "--from FILE" in p.stderr and "Traceback" not in p.stderr
+    assert (
+        '[transport] kind = "kafka"' in p.stderr and "--from FILE" in p.stderr and "Traceback" not in p.stderr
+    )
 
 
 def test_unreachable_brokers_are_retried_with_a_log_naming_them_until_sigterm(tmp_path):
     port = free_port()  # nothing listens there
-    config = write_config(tmp_path / "goodput.toml", f"127.0.0.1:{port}", "nowhere", tmp_path / "store",
-                          kafka={"bootstrap_timeout_ms": 500})
+    config = write_config(
+        tmp_path / "goodput.toml",
+        f"127.0.0.1:{port}",
+        "nowhere",
+        tmp_path / "store",
+        kafka={"bootstrap_timeout_ms": 500},
+    )
     loader = LoaderProcess(config)
     try:
         deadline = time.monotonic() + 60

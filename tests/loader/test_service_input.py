@@ -14,17 +14,40 @@ import pytest
 from contracts import catalog
 from pipeline import ddl
 from pipeline.chdb_store import ChdbStore
-from tests.loader.helpers import (CLUSTER, MAX_BATCH_ROWS, NODES, SCHEDULER, Producer, ServiceThread, batch,
-                                  columns, free_port, good_stream, ledger_keys, metric_sum, new_topics, raw_counts,
-                                  scrape, write_config)
+from tests.loader.helpers import (
+    CLUSTER,
+    MAX_BATCH_ROWS,
+    NODES,
+    SCHEDULER,
+    Producer,
+    ServiceThread,
+    batch,
+    columns,
+    free_port,
+    good_stream,
+    ledger_keys,
+    metric_sum,
+    new_topics,
+    raw_counts,
+    scrape,
+    write_config,
+)
 
 pytestmark = pytest.mark.kafka
 NODE = NODES[5]  # malformed batches come from a node of their own, so good seqs never collide with them
 
 
 def _doc(kind="gpu", seq=1000, node=NODE, **over) -> dict:
-    doc = {"schema_version": 1, "kind": kind, "cluster": CLUSTER, "node": node, "seq": seq,
-           "sent_ms": int(time.time() * 1000), "agent": "t", "columns": columns(kind, 2, 0)}
+    doc = {
+        "schema_version": 1,
+        "kind": kind,
+        "cluster": CLUSTER,
+        "node": node,
+        "seq": seq,
+        "sent_ms": int(time.time() * 1000),
+        "agent": "t",
+        "columns": columns(kind, 2, 0),
+    }
     doc.update(over)
     return doc
 
@@ -63,8 +86,12 @@ def malformed() -> list[tuple[str, str, str, bytes]]:
         ("JSON string", "gpu", "bad_envelope", b'"a batch"'),
         ("unknown schema_version", "gpu", "unknown_version", _raw(seq=1003, schema_version=2)),
         ("missing envelope field", "gpu", "bad_envelope", _envelope_without("seq")),
-        ("envelope field of the wrong type", "gpu", "bad_envelope",
-         _raw(seq=1004).replace(b'"seq": 1004', b'"seq": "1004"')),
+        (
+            "envelope field of the wrong type",
+            "gpu",
+            "bad_envelope",
+            _raw(seq=1004).replace(b'"seq": 1004', b'"seq": "1004"'),
+        ),
         ("negative seq", "gpu", "bad_envelope", _raw(seq=-1)),
         ("empty node name", "gpu", "bad_envelope", _raw(seq=1005, node="")),
         ("columns not an object", "gpu", "bad_envelope", _raw(seq=1006, columns=[1, 2])),
@@ -76,21 +103,44 @@ def malformed() -> list[tuple[str, str, str, bytes]]:
         ("unknown field", "gpu", "unknown_field", _cols(1012, fan_rpm=[1, 2])),
         ("string where a float belongs", "gpu", "bad_type", _cols(1013, power_w=["hot", "cold"])),
         ("columns of different lengths", "gpu", "ragged_columns", _cols(1014, power_w=[1.0, 2.0, 3.0])),
-        ("NaN literal", "gpu", "non_finite", _cols(1015, power_w=[1.0, 2.0]).replace(b"[1.0, 2.0]", b"[NaN, 2.0]")),
+        (
+            "NaN literal",
+            "gpu",
+            "non_finite",
+            _cols(1015, power_w=[1.0, 2.0]).replace(b"[1.0, 2.0]", b"[NaN, 2.0]"),
+        ),
         ("NaN as a string", "gpu", "bad_type", _cols(1016, power_w=["NaN", 1.0])),
-        ("Infinity literal", "gpu", "non_finite",
-         _cols(1017, power_w=[1.0, 2.0]).replace(b"[1.0, 2.0]", b"[Infinity, 2.0]")),
-        ("number beyond the double range", "gpu", "non_finite",
-         _cols(1018, power_w=[1.0, 2.0]).replace(b"[1.0, 2.0]", b"[1e999, 2.0]")),
+        (
+            "Infinity literal",
+            "gpu",
+            "non_finite",
+            _cols(1017, power_w=[1.0, 2.0]).replace(b"[1.0, 2.0]", b"[Infinity, 2.0]"),
+        ),
+        (
+            "number beyond the double range",
+            "gpu",
+            "non_finite",
+            _cols(1018, power_w=[1.0, 2.0]).replace(b"[1.0, 2.0]", b"[1e999, 2.0]"),
+        ),
         ("number beyond Float32", "gpu", "out_of_range", _cols(1019, pcie_tx_bytes_per_s=[1e39, 1.0])),
         ("negative rate", "gpu", "out_of_range", _cols(1020, pcie_tx_bytes_per_s=[-1.0, 1.0])),
         ("percentage above 100", "gpu", "out_of_range", _cols(1021, util_gpu_pct=[101.0, 1.0])),
         ("timestamp far in the future", "gpu", "out_of_range", _cols(1022, ts_ms=[now + day, now])),
         ("timestamp far in the past", "gpu", "out_of_range", _cols(1023, ts_ms=[now - 40 * day, now])),
         ("sent_ms far in the past", "gpu", "out_of_range", _raw(seq=1024, sent_ms=now - 40 * day)),
-        ("oversize batch", "gpu", "oversize_batch", _raw(seq=1025, columns=columns("gpu", MAX_BATCH_ROWS + 1, 0))),
+        (
+            "oversize batch",
+            "gpu",
+            "oversize_batch",
+            _raw(seq=1025, columns=columns("gpu", MAX_BATCH_ROWS + 1, 0)),
+        ),
         ("empty columns object", "gpu", "empty_batch", _raw(seq=1026, columns={})),
-        ("columns of zero rows", "gpu", "empty_batch", _raw(seq=1027, columns={"ts_ms": [], "gpu": [], "uuid": []})),
+        (
+            "columns of zero rows",
+            "gpu",
+            "empty_batch",
+            _raw(seq=1027, columns={"ts_ms": [], "gpu": [], "uuid": []}),
+        ),
         ("null in a required field", "gpu", "missing_field", _cols(1028, uuid=["GPU-0", None])),
         ("required field absent", "gpu", "missing_field", _without("uuid", 1029)),
         ("bool where an int belongs", "gpu", "bad_type", _cols(1030, gpu=[True, 1])),
@@ -103,14 +153,25 @@ def malformed() -> list[tuple[str, str, str, bytes]]:
         ("nested object as a value", "gpu", "bad_type", _cols(1037, power_w=[{"w": 1}, 2.0])),
         ("gpu index out of range", "gpu", "out_of_range", _cols(1038, gpu=[64, 1])),
         ("bool where a bool is a string", "gpu", "bad_type", _cols(1039, lost=["false", "true"])),
-        ("unknown enum value", "job", "out_of_range",
-         _cols(1040, kind="job", event=["exploded", "allocated"])),
-        ("null inside an int list", "job", "bad_type",
-         _cols(1041, kind="job", gpu_indices=[[0, None], [1]])),
-        ("nested list inside an int list", "job", "bad_type",
-         _cols(1042, kind="job", gpu_indices=[[0, [1]], [1]])),
-        ("int list value beyond Int32", "job", "bad_type",
-         _cols(1043, kind="job", gpu_indices=[[2**40], [1]])),
+        (
+            "unknown enum value",
+            "job",
+            "out_of_range",
+            _cols(1040, kind="job", event=["exploded", "allocated"]),
+        ),
+        ("null inside an int list", "job", "bad_type", _cols(1041, kind="job", gpu_indices=[[0, None], [1]])),
+        (
+            "nested list inside an int list",
+            "job",
+            "bad_type",
+            _cols(1042, kind="job", gpu_indices=[[0, [1]], [1]]),
+        ),
+        (
+            "int list value beyond Int32",
+            "job",
+            "bad_type",
+            _cols(1043, kind="job", gpu_indices=[[2**40], [1]]),
+        ),
         ("negative step", "step", "out_of_range", _cols(1044, kind="step", step=[-1, 1])),
     ]
 
@@ -122,17 +183,30 @@ def run(kafka_broker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("input")
     prefix = new_topics(kafka_broker.bootstrap, partitions=2)
     port = free_port()
-    config = write_config(tmp / "goodput.toml", kafka_broker.bootstrap, prefix, tmp / "store",
-                          metrics_address=f"127.0.0.1:{port}", flush_records=40)
+    config = write_config(
+        tmp / "goodput.toml",
+        kafka_broker.bootstrap,
+        prefix,
+        tmp / "store",
+        metrics_address=f"127.0.0.1:{port}",
+        flush_records=40,
+    )
     first, later = good_stream(range(0, 6)), good_stream(range(6, 9))
     bad = malformed()
-    duplicate = ("duplicate seq", "gpu", "duplicate_seq", batch("gpu", NODES[0], 3, rows=3))  # seq 3 is good above
+    duplicate = (
+        "duplicate seq",
+        "gpu",
+        "duplicate_seq",
+        batch("gpu", NODES[0], 3, rows=3),
+    )  # seq 3 is good above
     producer = Producer(kafka_broker.bootstrap, prefix)
     good_sends = [(kind, node, value) for kind, node, value, _rows in first]
     bad_sends = [(kind, NODE, value) for _case, kind, _reason, value in bad]
     for pair in zip(good_sends, bad_sends):  # interleaved: every poll holds both
         producer.send_all(pair)
-    producer.send_all(good_sends[len(bad_sends):] + bad_sends[len(good_sends):] + [("gpu", NODES[0], duplicate[3])])
+    producer.send_all(
+        good_sends[len(bad_sends) :] + bad_sends[len(good_sends) :] + [("gpu", NODES[0], duplicate[3])]
+    )
     bad.append(duplicate)
 
     store = ChdbStore(tmp / "store")
@@ -140,15 +214,25 @@ def run(kafka_broker, tmp_path_factory):
     svc = ServiceThread(config, store).start()
     sent = len(first) + len(bad)
     svc.wait_for(lambda: svc.service.loader.totals.records >= sent)
-    svc.wait_for(lambda: metric_sum(scrape(port), "goodput_loader_consumer_lag_records") == 0
-                 and metric_sum(scrape(port), "goodput_loader_assigned_partitions") == 10)
+    svc.wait_for(
+        lambda: (
+            metric_sum(scrape(port), "goodput_loader_consumer_lag_records") == 0
+            and metric_sum(scrape(port), "goodput_loader_assigned_partitions") == 10
+        )
+    )
     caught_up = scrape(port)
     producer.send_all(later)
     producer.close()
     svc.wait_for(lambda: svc.service.loader.totals.records >= sent + len(later))
     svc.stop_and_join()
-    yield {"store": store, "good": first + later, "later": later, "bad": bad, "metrics": caught_up,
-           "service": svc.service}
+    yield {
+        "store": store,
+        "good": first + later,
+        "later": later,
+        "bad": bad,
+        "metrics": caught_up,
+        "service": svc.service,
+    }
     store.close()
 
 
@@ -171,7 +255,9 @@ def test_every_good_row_lands_exactly_once(run):
 def test_every_bad_message_is_a_dead_letter_with_its_reason(run):
     t = run["store"].query_arrow("SELECT reason, hex(raw) AS raw, detail, source FROM dead_letters")
     got = dict(zip((bytes.fromhex(h) for h in t.column("raw").to_pylist()), t.column("reason").to_pylist()))
-    wrong = {case: (reason, got.get(value)) for case, _k, reason, value in run["bad"] if got.get(value) != reason}
+    wrong = {
+        case: (reason, got.get(value)) for case, _k, reason, value in run["bad"] if got.get(value) != reason
+    }
     assert not wrong, f"case: (expected, got) {wrong}"
     assert len(t) == len(run["bad"])
     assert all(t.column("detail").to_pylist()), "every dead letter says why"
@@ -184,7 +270,8 @@ def test_metrics_name_every_catalog_series_and_count_by_reason(run):
         family = name.removesuffix("_total") if typ == "counter" else name
         assert family in m.families, f"{name} is declared in catalog.LOADER_METRICS but not exported"
     undeclared = {f for f in m.families if not f.endswith("_created")} - {
-        n.removesuffix("_total") for n in catalog.LOADER_METRICS}  # _created: prometheus_client's own
+        n.removesuffix("_total") for n in catalog.LOADER_METRICS
+    }  # _created: prometheus_client's own
     assert not undeclared, f"exported but not declared in catalog.LOADER_METRICS: {undeclared}"
     reasons = {}
     for _case, _kind, reason, _value in run["bad"]:

@@ -11,8 +11,18 @@ import pytest
 from pipeline import ddl
 from pipeline.chdb_store import ChdbStore
 from pipeline.store import StoreError
-from tests.loader.helpers import (Producer, ServiceThread, free_port, good_stream, ledger_keys, metric_sum, new_topics,
-                                  raw_counts, scrape, write_config)
+from tests.loader.helpers import (
+    Producer,
+    ServiceThread,
+    free_port,
+    good_stream,
+    ledger_keys,
+    metric_sum,
+    new_topics,
+    raw_counts,
+    scrape,
+    write_config,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -49,8 +59,14 @@ class OutageStore:
 def test_store_outage_mid_load_commits_nothing_then_stores_everything_once(kafka_broker, tmp_path):
     prefix = new_topics(kafka_broker.bootstrap, partitions=2)
     port = free_port()
-    config = write_config(tmp_path / "goodput.toml", kafka_broker.bootstrap, prefix, tmp_path / "store",
-                          metrics_address=f"127.0.0.1:{port}", flush_records=1000)
+    config = write_config(
+        tmp_path / "goodput.toml",
+        kafka_broker.bootstrap,
+        prefix,
+        tmp_path / "store",
+        metrics_address=f"127.0.0.1:{port}",
+        flush_records=1000,
+    )
     sent = good_stream(range(0, 4))
     producer = Producer(kafka_broker.bootstrap, prefix)
     producer.send_all(sent)
@@ -63,14 +79,22 @@ def test_store_outage_mid_load_commits_nothing_then_stores_everything_once(kafka
         svc.wait_for(lambda: store.refused >= 3)
         during = scrape(port)
         svc.wait_for(lambda: metric_sum(scrape(port), "goodput_loader_consumer_lag_records") == len(sent))
-        assert metric_sum(during, "goodput_loader_batches_committed_total") == 0, "committed while the store was down"
+        assert metric_sum(during, "goodput_loader_batches_committed_total") == 0, (
+            "committed while the store was down"
+        )
         assert metric_sum(during, "goodput_loader_store_errors_total", operation="load") >= 3
         assert svc.service.loader.totals.records == 0, "no load counts as done before the store took it"
-        assert store.before_outage and store.before_outage[0].startswith("raw_"), "the outage cut a load in two"
+        assert store.before_outage and store.before_outage[0].startswith("raw_"), (
+            "the outage cut a load in two"
+        )
 
         store.heal()
-        svc.wait_for(lambda: svc.service.loader.totals.records >= len(sent)
-                     and metric_sum(scrape(port), "goodput_loader_consumer_lag_records") == 0)
+        svc.wait_for(
+            lambda: (
+                svc.service.loader.totals.records >= len(sent)
+                and metric_sum(scrape(port), "goodput_loader_consumer_lag_records") == 0
+            )
+        )
         svc.stop_and_join()
 
         want = {}

@@ -7,17 +7,22 @@ import time
 import polars as pl
 import pytest
 
+from contracts import config as config_mod
 from goodput.sim.cluster import PlannedFailure, SimConfig, scaled_config, simulate
 from goodput.sim.emit import messages, truth_table
-from contracts import config as config_mod
 from pipeline import ddl
 from pipeline.analyzers import run as analyzers
-from pipeline.loader import Loader, limits_from_config
 from pipeline.chdb_store import ChdbStore
+from pipeline.loader import Loader, limits_from_config
 from transport.base import InProcessTransport
 
-QUIET = dict(failures_per_node_hour=0.0, partial_allocation_probability=0.0, storage_demand_scale=0.3,
-             network_demand_scale=0.3, stragglers_per_hour=0.0)
+QUIET = dict(
+    failures_per_node_hour=0.0,
+    partial_allocation_probability=0.0,
+    storage_demand_scale=0.3,
+    network_demand_scale=0.3,
+    stragglers_per_hour=0.0,
+)
 SCENARIOS = {
     "quiet": {},
     "data_stall": dict(storage_demand_scale=3.0),
@@ -42,13 +47,26 @@ def run_pipeline(tmp_path, gpus=64, hours=1.0, seed=3, **overrides):
         loader.load(records)
         transport.commit(records)
     analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000)
-    got = pl.from_arrow(store.query_arrow(
-        "SELECT job_id, category, sum(gpu_seconds) AS s FROM goodput_windows GROUP BY job_id, category"))
-    truth = (pl.from_arrow(truth_table(res))
-             .with_columns(((pl.col("end_ms") - pl.col("start_ms")) / 1000).alias("s"))
-             .group_by("job_id", "category").agg(pl.col("s").sum()))
-    return {"store": store, "res": res, "config": cfg, "got": got, "truth": truth, "loader": loader,
-            "start_ms": start_ms}
+    got = pl.from_arrow(
+        store.query_arrow(
+            "SELECT job_id, category, sum(gpu_seconds) AS s FROM goodput_windows GROUP BY job_id, category"
+        )
+    )
+    truth = (
+        pl.from_arrow(truth_table(res))
+        .with_columns(((pl.col("end_ms") - pl.col("start_ms")) / 1000).alias("s"))
+        .group_by("job_id", "category")
+        .agg(pl.col("s").sum())
+    )
+    return {
+        "store": store,
+        "res": res,
+        "config": cfg,
+        "got": got,
+        "truth": truth,
+        "loader": loader,
+        "start_ms": start_ms,
+    }
 
 
 @pytest.fixture(scope="module", params=list(SCENARIOS))

@@ -30,7 +30,8 @@ def test_simulate_ingest_summary_json(tmp_path):
     assert doc["teams"] and doc["jobs"]
     for job in doc["jobs"]:
         assert abs(sum(job["gpu_seconds"].values()) - job["allocated_gpu_seconds"]) < 1e-3 * max(
-            1.0, job["allocated_gpu_seconds"])
+            1.0, job["allocated_gpu_seconds"]
+        )
         assert set(job["gpu_seconds"]) == set(doc["categories"])
 
 

@@ -11,8 +11,8 @@ import pytest
 from contracts.envelope import encode_batch
 from contracts.schema import KINDS
 from pipeline import docgen
-from pipeline.ddl import migrate
 from pipeline.chdb_store import ChdbStore
+from pipeline.ddl import migrate
 from pipeline.validate import Envelope, Limits, Rejected, decode, to_tables
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -58,13 +58,28 @@ def test_encoder_refuses_what_the_loader_would_reject():
     with pytest.raises(ValueError, match="not in schema"):
         encode_batch(kind="gpu", cluster="c", node="n", seq=0, sent_ms=NOW, columns={"bogus": [1]}, agent="t")
     with pytest.raises(ValueError, match="differ in length"):
-        encode_batch(kind="gpu", cluster="c", node="n", seq=0, sent_ms=NOW,
-                     columns={"ts_ms": [1, 2], "gpu": [0]}, agent="t")
+        encode_batch(
+            kind="gpu",
+            cluster="c",
+            node="n",
+            seq=0,
+            sent_ms=NOW,
+            columns={"ts_ms": [1, 2], "gpu": [0]},
+            agent="t",
+        )
 
 
 def _env(**over):
-    doc = {"schema_version": 1, "kind": "gpu", "cluster": "c", "node": "n1", "seq": 0, "sent_ms": NOW,
-           "agent": "t", "columns": {"ts_ms": [NOW], "gpu": [0], "uuid": ["GPU-a"], "power_w": [300.0]}}
+    doc = {
+        "schema_version": 1,
+        "kind": "gpu",
+        "cluster": "c",
+        "node": "n1",
+        "seq": 0,
+        "sent_ms": NOW,
+        "agent": "t",
+        "columns": {"ts_ms": [NOW], "gpu": [0], "uuid": ["GPU-a"], "power_w": [300.0]},
+    }
     doc.update(over)
     return json.dumps(doc).encode()
 
@@ -113,7 +128,11 @@ def test_timestamps_far_from_now_are_out_of_range():
 
 
 def test_one_bad_message_does_not_sink_its_neighbours():
-    envs = [decode(_cols(), OPEN, "gpu"), decode(_cols(power_w=["x"]), OPEN, "gpu"), decode(_cols(), OPEN, "gpu")]
+    envs = [
+        decode(_cols(), OPEN, "gpu"),
+        decode(_cols(power_w=["x"]), OPEN, "gpu"),
+        decode(_cols(), OPEN, "gpu"),
+    ]
     tables, rejected = to_tables(envs, NOW, OPEN)
     assert tables["gpu"].num_rows == 2 and len(rejected) == 1 and rejected[0][0] is envs[1]
 
@@ -121,8 +140,21 @@ def test_one_bad_message_does_not_sink_its_neighbours():
 def test_ddl_applies_twice_and_records_its_version(tmp_path):
     with ChdbStore(tmp_path / "s") as store:
         assert migrate(store) == migrate(store) == 1
-        names = set(store.query_arrow("SELECT name FROM system.tables WHERE database = currentDatabase()")
-                    .column("name").to_pylist())
-        assert {"raw_gpu", "raw_nic", "raw_storage", "raw_job", "raw_step", "dead_letters", "goodput_windows",
-                "job_summary", "team_day", "scheduling_delay"} <= names
+        names = set(
+            store.query_arrow("SELECT name FROM system.tables WHERE database = currentDatabase()")
+            .column("name")
+            .to_pylist()
+        )
+        assert {
+            "raw_gpu",
+            "raw_nic",
+            "raw_storage",
+            "raw_job",
+            "raw_step",
+            "dead_letters",
+            "goodput_windows",
+            "job_summary",
+            "team_day",
+            "scheduling_delay",
+        } <= names
         assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 1

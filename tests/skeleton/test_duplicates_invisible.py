@@ -11,14 +11,21 @@ from tests.skeleton.conftest import run_pipeline
 
 
 def _totals(store) -> dict[str, float]:
-    t = pl.from_arrow(store.query_arrow(
-        "SELECT category, sum(gpu_seconds) AS s FROM goodput_windows GROUP BY category"))
+    t = pl.from_arrow(
+        store.query_arrow("SELECT category, sum(gpu_seconds) AS s FROM goodput_windows GROUP BY category")
+    )
     return dict(zip(t["category"], t["s"]))
 
 
 def test_duplicated_raw_rows_do_not_change_the_classification(tmp_path):
-    out = run_pipeline(tmp_path, gpus=64, hours=1.0, storage_demand_scale=0.45, network_demand_scale=3.0,
-                       stragglers_per_hour=6.0)
+    out = run_pipeline(
+        tmp_path,
+        gpus=64,
+        hours=1.0,
+        storage_demand_scale=0.45,
+        network_demand_scale=3.0,
+        stragglers_per_hour=6.0,
+    )
     store, cfg, start = out["store"], out["config"], out["start_ms"]
     end = start + 3_600_000
     try:
@@ -29,8 +36,13 @@ def test_duplicated_raw_rows_do_not_change_the_classification(tmp_path):
         assert before.get("comm_stall", 0) > 600, before
         for table in ("raw_gpu", "raw_nic", "raw_storage"):
             store.execute(f"INSERT INTO {table} SELECT * FROM {table}")  # every row once more, no token
-            n, distinct = store.query_arrow(
-                f"SELECT count() AS n, (SELECT count() FROM {table} FINAL) AS d FROM {table}").to_pylist()[0].values()
+            n, distinct = (
+                store.query_arrow(
+                    f"SELECT count() AS n, (SELECT count() FROM {table} FINAL) AS d FROM {table}"
+                )
+                .to_pylist()[0]
+                .values()
+            )
             assert n == 2 * distinct, f"{table}: the copies must really be there (unmerged)"
         analyzers.run(store, cfg, start, end)
         after = _totals(store)

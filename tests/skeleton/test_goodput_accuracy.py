@@ -5,8 +5,12 @@ import pytest
 
 from contracts.catalog import CATEGORIES
 
-OWN_CATEGORY = {"data_stall": "data_stall", "comm_stall": "comm_stall", "partial_alloc": "gang_wait",
-                "failure": "retry_waste"}
+OWN_CATEGORY = {
+    "data_stall": "data_stall",
+    "comm_stall": "comm_stall",
+    "partial_alloc": "gang_wait",
+    "failure": "retry_waste",
+}
 
 
 def totals(df: pl.DataFrame) -> dict[str, float]:
@@ -37,7 +41,9 @@ def test_injected_phenomenon_lands_in_its_category(scenario):
         return
     cat = OWN_CATEGORY[name]
     got, want = totals(scenario["got"]), totals(scenario["truth"])
-    assert want.get(cat, 0.0) > 0.01 * sum(want.values()), f"scenario {name} injected too little {cat}: {want}"
+    assert want.get(cat, 0.0) > 0.01 * sum(want.values()), (
+        f"scenario {name} injected too little {cat}: {want}"
+    )
     assert got.get(cat, 0.0) == pytest.approx(want[cat], rel=0.05), f"{name}: got {got}, truth {want}"
 
 

@@ -5,17 +5,20 @@ import pytest
 from contracts import hostlist
 
 
-@pytest.mark.parametrize("text, hosts", [
-    ("gpu-[01-03,07],cpu1", ["gpu-01", "gpu-02", "gpu-03", "gpu-07", "cpu1"]),
-    ("gpu-01", ["gpu-01"]),
-    ("a,b", ["a", "b"]),
-    ("", []),
-    ("n[08-10]", ["n08", "n09", "n10"]),
-    ("n[9-11]", ["n9", "n10", "n11"]),
-    ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
-    ("gpu[1-2]-ib,login", ["gpu1-ib", "gpu2-ib", "login"]),
-    ("n[0]", ["n0"]),
-])
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("gpu-[01-03,07],cpu1", ["gpu-01", "gpu-02", "gpu-03", "gpu-07", "cpu1"]),
+        ("gpu-01", ["gpu-01"]),
+        ("a,b", ["a", "b"]),
+        ("", []),
+        ("n[08-10]", ["n08", "n09", "n10"]),
+        ("n[9-11]", ["n9", "n10", "n11"]),
+        ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+        ("gpu[1-2]-ib,login", ["gpu1-ib", "gpu2-ib", "login"]),
+        ("n[0]", ["n0"]),
+    ],
+)
 def test_expand(text, hosts):
     assert hostlist.expand(text) == hosts
 

@@ -50,8 +50,10 @@ class Watch:
                     return r
             if time.monotonic() > deadline:
                 state = self.cluster.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T %r"]).strip()
-                pytest.fail(f"job {job_id}: no {event!r} (attempt {attempt}) within {timeout:.0f} s; "
-                            f"emitted {self.names(job_id)}; squeue says {state!r}")
+                pytest.fail(
+                    f"job {job_id}: no {event!r} (attempt {attempt}) within {timeout:.0f} s; "
+                    f"emitted {self.names(job_id)}; squeue says {state!r}"
+                )
             time.sleep(POLL_S)
 
     def one(self, job_id: str, event: str, attempt: int = 1) -> dict:
@@ -61,7 +63,9 @@ class Watch:
 
 
 def squeue_job(cluster, job_id: str) -> dict:
-    return next(j for j in json.loads(cluster.run(["squeue", "--json"]))["jobs"] if str(j["job_id"]) == job_id)
+    return next(
+        j for j in json.loads(cluster.run(["squeue", "--json"]))["jobs"] if str(j["job_id"]) == job_id
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -102,12 +106,22 @@ def test_second_full_node_job_pends_behind_the_first_then_both_complete(slurm_cl
 
     done = w.wait(first, "completed")
     released = w.one(first, "released")
-    assert (released["node"], released["gpu_indices"], released["ts_ms"]) == (c.node, list(range(8)), done["ts_ms"])
+    assert (released["node"], released["gpu_indices"], released["ts_ms"]) == (
+        c.node,
+        list(range(8)),
+        done["ts_ms"],
+    )
     assert done["exit_code"] == 0
     assert done["ts_ms"] - start_ms >= 3000
     w.wait(second, "completed")
     assert [e for e, _ in w.names(second)] == [
-        "submitted", "allocated", "gang_complete", "running", "completed", "released"]
+        "submitted",
+        "allocated",
+        "gang_complete",
+        "running",
+        "completed",
+        "released",
+    ]
     assert w.one(second, "allocated")["ts_ms"] >= released["ts_ms"]
 
 
@@ -149,8 +163,13 @@ def test_scancel_of_a_held_job_is_cancelled_without_an_allocation(slurm_cluster)
 def test_requeue_restarts_with_attempt_2(slurm_cluster):
     c, w = slurm_cluster, Watch(slurm_cluster)
     # the second attempt sees SLURM_RESTART_COUNT=1 and exits at once
-    job = c.sbatch("--gres=gpu:1", "-A", c.account, "--wrap",
-                   '[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0; sleep 300')
+    job = c.sbatch(
+        "--gres=gpu:1",
+        "-A",
+        c.account,
+        "--wrap",
+        '[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0; sleep 300',
+    )
     w.wait(job, "running")
     c.run(["scontrol", "requeue", job])
     restarted = w.wait(job, "restarted", attempt=2)
@@ -166,9 +185,18 @@ def test_requeue_restarts_with_attempt_2(slurm_cluster):
     done = w.wait(job, "completed", attempt=2)
     assert done["exit_code"] == 0
     assert w.names(job) == [
-        ("submitted", 1), ("allocated", 1), ("gang_complete", 1), ("running", 1), ("released", 1),
-        ("restarted", 2), ("allocated", 2), ("gang_complete", 2), ("running", 2), ("completed", 2),
-        ("released", 2)]
+        ("submitted", 1),
+        ("allocated", 1),
+        ("gang_complete", 1),
+        ("running", 1),
+        ("released", 1),
+        ("restarted", 2),
+        ("allocated", 2),
+        ("gang_complete", 2),
+        ("running", 2),
+        ("completed", 2),
+        ("released", 2),
+    ]
     assert squeue_job(c, job)["restart_cnt"] == 1
 
 
@@ -180,8 +208,9 @@ def test_a_restarted_collector_re_emits_identical_rows(slurm_cluster):
     late = Watch(c)
     late.poll()
     key = ("event", "attempt", "node", "ts_ms")
-    assert [tuple(r.get(k) for k in key) for r in late.events(job)] == \
-           [tuple(r.get(k) for k in key) for r in w.events(job)]
+    assert [tuple(r.get(k) for k in key) for r in late.events(job)] == [
+        tuple(r.get(k) for k in key) for r in w.events(job)
+    ]
 
 
 def test_live_json_is_the_shape_of_the_recorded_2205_capture(slurm_cluster):

@@ -11,9 +11,9 @@ import pathlib
 
 import pytest
 
-from contracts import schema
 from collectors.base import CollectorError, CollectorUnavailable
 from collectors.slurm import SlurmCollector, SubprocessRunner, gpu_count, gpu_indices, parse_job
+from contracts import schema
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 T0 = 1767225600  # the v0.0.4x samples count from 2026-01-01T00:00:00Z
@@ -28,8 +28,19 @@ def replay(*names: str) -> tuple[SlurmCollector, list[list[dict]]]:
 
 def brief(rows, job_id):
     """(event, attempt, seconds after T0, node, gpu_indices, reason, exit_code) of one job's rows."""
-    return [(r["event"], r["attempt"], r["ts_ms"] // 1000 - T0, r.get("node"), r.get("gpu_indices"),
-             r.get("reason"), r.get("exit_code")) for r in rows if r["job_id"] == job_id]
+    return [
+        (
+            r["event"],
+            r["attempt"],
+            r["ts_ms"] // 1000 - T0,
+            r.get("node"),
+            r.get("gpu_indices"),
+            r.get("reason"),
+            r.get("exit_code"),
+        )
+        for r in rows
+        if r["job_id"] == job_id
+    ]
 
 
 def check_schema(rows):
@@ -69,22 +80,31 @@ def test_v041_lifecycle_across_three_polls():
     # pending on Resources, then runs on the nodes 101 freed, then exits 2
     assert brief(p1, "102") == [("submitted", 1, 20, None, None, None, None)]
     assert [e[:4] for e in brief(p2, "102")] == [
-        ("allocated", 1, 151, "gpu-01"), ("allocated", 1, 151, "gpu-02"),
-        ("gang_complete", 1, 151, None), ("running", 1, 151, None)]
+        ("allocated", 1, 151, "gpu-01"),
+        ("allocated", 1, 151, "gpu-02"),
+        ("gang_complete", 1, 151, None),
+        ("running", 1, 151, None),
+    ]
     assert brief(p3, "102")[0] == ("failed", 1, 250, None, None, "exit_code:2", 2)
     # CONFIGURING: allocated, but the gang is complete only when RUNNING without the flag
     assert [e[0] for e in brief(p1, "103")] == ["submitted", "allocated", "allocated"]
     assert [e[:3] for e in brief(p2, "103")] == [("gang_complete", 1, 40), ("running", 1, 40)]
     assert brief(p3, "103")[0] == ("failed", 1, 260, None, None, "node_lost", 137)
     # OUT_OF_MEMORY, killed by SIGKILL; released with the indices seen while it ran
-    assert brief(p2, "104") == [("failed", 1, 160, None, None, "oom", 137),
-                                ("released", 1, 160, "gpu-05", [0, 1, 4, 5], None, None)]
+    assert brief(p2, "104") == [
+        ("failed", 1, 160, None, None, "oom", 137),
+        ("released", 1, 160, "gpu-05", [0, 1, 4, 5], None, None),
+    ]
     # node failure with requeue: the attempt's GPUs are released, attempt 2 starts elsewhere
-    assert brief(p2, "105") == [("released", 1, 170, "gpu-06", [4, 5, 6, 7], None, None),
-                                ("restarted", 2, 170, None, None, None, None)]
+    assert brief(p2, "105") == [
+        ("released", 1, 170, "gpu-06", [4, 5, 6, 7], None, None),
+        ("restarted", 2, 170, None, None, None, None),
+    ]
     assert brief(p3, "105")[0] == ("allocated", 2, 280, "gpu-09", [0, 1, 2, 3], None, None)
-    assert brief(p2, "106") == [("preempted", 1, 180, None, None, "preempted", 143),
-                                ("released", 1, 180, "gpu-07", [2, 3], None, None)]
+    assert brief(p2, "106") == [
+        ("preempted", 1, 180, None, None, "preempted", 143),
+        ("released", 1, 180, "gpu-07", [2, 3], None, None),
+    ]
     assert brief(p2, "107")[0] == ("failed", 1, 190, None, None, "timeout", 143)
     # cancelled while pending: never allocated, so nothing to release
     assert brief(p2, "108") == [("cancelled", 1, 195, None, None, "user", 0)]
@@ -114,46 +134,84 @@ def test_v040_numbers_as_structs_raw_exit_status_and_old_job_resources():
     _, (rows,) = replay("squeue-v0.0.40-mixed.json")
     check_schema(rows)
     assert [e[:5] for e in brief(rows, "201")][1:3] == [
-        ("allocated", 1, 5, "node1", [0, 1, 2, 3]), ("allocated", 1, 5, "node2", [4, 5, 6, 7])]
+        ("allocated", 1, 5, "node1", [0, 1, 2, 3]),
+        ("allocated", 1, 5, "node2", [4, 5, 6, 7]),
+    ]
     # seen for the first time already ended: its whole history, from the job's own times
     assert [e[:3] for e in brief(rows, "202")] == [
-        ("submitted", 1, 0), ("allocated", 1, 6), ("gang_complete", 1, 6), ("running", 1, 6),
-        ("failed", 1, 66), ("released", 1, 66)]
+        ("submitted", 1, 0),
+        ("allocated", 1, 6),
+        ("gang_complete", 1, 6),
+        ("running", 1, 6),
+        ("failed", 1, 66),
+        ("released", 1, 66),
+    ]
     assert brief(rows, "202")[4][5:] == ("exit_code:3", 3)  # raw wait status 768
-    assert brief(rows, "203")[-2][5:] == ("user", 143)      # raw status 15: SIGTERM
+    assert brief(rows, "203")[-2][5:] == ("user", 143)  # raw status 15: SIGTERM
     assert next(r for r in rows if r["job_id"] == "204")["priority"] == 1
 
 
 def test_2205_capture_running_and_pending():
     _, (rows,) = replay("squeue-22.05-running-pending.json")
     check_schema(rows)
-    t = json.loads((FIXTURES / "squeue-22.05-running-pending.json").read_text())["jobs"][0]["start_time"] * 1000
+    t = (
+        json.loads((FIXTURES / "squeue-22.05-running-pending.json").read_text())["jobs"][0]["start_time"]
+        * 1000
+    )
     assert [(r["event"], r.get("gpu_indices")) for r in rows if r["job_id"] == "1"] == [
-        ("submitted", None), ("allocated", ALL8), ("gang_complete", None), ("running", None)]
+        ("submitted", None),
+        ("allocated", ALL8),
+        ("gang_complete", None),
+        ("running", None),
+    ]
     assert all(r["ts_ms"] == t for r in rows if r["job_id"] == "1" and r["event"] != "submitted")
     assert [r["event"] for r in rows if r["job_id"] == "2"] == ["submitted"]
     assert {r["account"] for r in rows} == {"ml"}
 
 
 def test_2205_capture_sequence_failed_requeued_cancelled():
-    _, (p1, p2, p3) = replay("squeue-22.05-running-pending.json", "squeue-22.05-ended-requeued.json",
-                             "squeue-22.05-cancelled-pending.json")
-    assert [(r["event"], r["attempt"]) for r in p2 if r["job_id"] == "3"] == [("released", 1), ("restarted", 2)]
+    _, (p1, p2, p3) = replay(
+        "squeue-22.05-running-pending.json",
+        "squeue-22.05-ended-requeued.json",
+        "squeue-22.05-cancelled-pending.json",
+    )
+    assert [(r["event"], r["attempt"]) for r in p2 if r["job_id"] == "3"] == [
+        ("released", 1),
+        ("restarted", 2),
+    ]
     failed = next(r for r in p2 if r["event"] == "failed")
     assert (failed["job_id"], failed["reason"], failed["exit_code"]) == ("2", "exit_code:3", 3)
     assert [(r["event"], r["attempt"], r["reason"]) for r in p3] == [("cancelled", 2, "user")]
 
 
-@pytest.mark.parametrize("spec, n", [
-    ("gres:gpu:8", 8), ("gres/gpu:a100:2", 2), ("cpu=4,mem=8G,gres/gpu=16", 16), ("gres/gpu", 1),
-    ("gres:gpu:2,gres:nic:1", 2), ("cpu=1,mem=8G", None), ("", None), (None, None)])
+@pytest.mark.parametrize(
+    "spec, n",
+    [
+        ("gres:gpu:8", 8),
+        ("gres/gpu:a100:2", 2),
+        ("cpu=4,mem=8G,gres/gpu=16", 16),
+        ("gres/gpu", 1),
+        ("gres:gpu:2,gres:nic:1", 2),
+        ("cpu=1,mem=8G", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_gpu_count(spec, n):
     assert gpu_count(spec) == n
 
 
-@pytest.mark.parametrize("detail, idx", [
-    ("gpu:8(IDX:0-7)", ALL8), ("gpu:a100:2(IDX:0,3)", [0, 3]), ("gpu:(null):1(IDX:5)", [5]),
-    ("gpu:0(IDX:N/A)", None), ("nic:1(IDX:0)", None), ("gpu:h100:2(IDX:0-1),nic:1(IDX:0)", [0, 1])])
+@pytest.mark.parametrize(
+    "detail, idx",
+    [
+        ("gpu:8(IDX:0-7)", ALL8),
+        ("gpu:a100:2(IDX:0,3)", [0, 3]),
+        ("gpu:(null):1(IDX:5)", [5]),
+        ("gpu:0(IDX:N/A)", None),
+        ("nic:1(IDX:0)", None),
+        ("gpu:h100:2(IDX:0-1),nic:1(IDX:0)", [0, 1]),
+    ],
+)
 def test_gpu_indices(detail, idx):
     assert gpu_indices(detail) == idx
 
@@ -164,12 +222,18 @@ def test_gpus_requested_from_tres_per_node_times_nodes_and_zero_without_gpus():
     assert parse_job({"job_id": 1, "tres_req_str": "cpu=1,mem=8G"}).gpus_requested == 0
 
 
-@pytest.mark.parametrize("output, match", [
-    ("not json", "invalid JSON"),
-    ('{"meta": {}}', "no `jobs` array"),
-    ('{"jobs": [], "errors": [{"error": "Unable to contact slurm controller", "error_number": 1}]}', "contact"),
-    ('{"jobs": [{"name": "no id"}]}', "cannot read job"),
-])
+@pytest.mark.parametrize(
+    "output, match",
+    [
+        ("not json", "invalid JSON"),
+        ('{"meta": {}}', "no `jobs` array"),
+        (
+            '{"jobs": [], "errors": [{"error": "Unable to contact slurm controller", "error_number": 1}]}',
+            "contact",
+        ),
+        ('{"jobs": [{"name": "no id"}]}', "cannot read job"),
+    ],
+)
 def test_bad_output_is_a_collector_error(output, match):
     with pytest.raises(CollectorError, match=match):
         SlurmCollector(run=lambda argv: output).collect(0)
@@ -190,14 +254,29 @@ def test_squeue_not_installed_is_unavailable():
 
 def test_indices_that_appear_after_the_allocation_are_kept_for_the_release():
     def poll(state, gres):
-        job = {"job_id": 9, "job_state": state, "nodes": "gpu-01", "gres_detail": gres, "restart_cnt": 0,
-               "submit_time": {"set": True, "number": T0}, "start_time": {"set": True, "number": T0 + 1},
-               "end_time": {"set": True, "number": T0 + 9}, "tres_per_node": "gres/gpu:2"}
+        job = {
+            "job_id": 9,
+            "job_state": state,
+            "nodes": "gpu-01",
+            "gres_detail": gres,
+            "restart_cnt": 0,
+            "submit_time": {"set": True, "number": T0},
+            "start_time": {"set": True, "number": T0 + 1},
+            "end_time": {"set": True, "number": T0 + 9},
+            "tres_per_node": "gres/gpu:2",
+        }
         return json.dumps({"jobs": [job], "errors": []})
-    texts = iter([poll(["RUNNING", "CONFIGURING"], []), poll(["RUNNING"], ["gpu:2(IDX:4-5)"]),
-                  poll(["COMPLETED"], [])])
+
+    texts = iter(
+        [poll(["RUNNING", "CONFIGURING"], []), poll(["RUNNING"], ["gpu:2(IDX:4-5)"]), poll(["COMPLETED"], [])]
+    )
     collector = SlurmCollector(run=lambda argv: next(texts))
     rows = [r for _ in range(3) for r in collector.collect(0)]
     assert [(r["event"], r.get("gpu_indices")) for r in rows] == [
-        ("submitted", None), ("allocated", None), ("gang_complete", None), ("running", None),
-        ("completed", None), ("released", [4, 5])]
+        ("submitted", None),
+        ("allocated", None),
+        ("gang_complete", None),
+        ("running", None),
+        ("completed", None),
+        ("released", [4, 5]),
+    ]
