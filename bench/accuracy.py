@@ -28,7 +28,9 @@ GOAL_CATEGORY = 0.03
 
 
 def matrix(r: Result) -> str:
-    used = [c for c in LABELS if any(r.confusion.get((c, o), 0) or r.confusion.get((o, c), 0) for o in LABELS)]
+    used = [
+        c for c in LABELS if any(r.confusion.get((c, o), 0) or r.confusion.get((o, c), 0) for o in LABELS)
+    ]
     head = "truth \\ got".ljust(16) + "".join(c[:11].rjust(12) for c in used)
     lines = [head]
     for want in used:
@@ -60,8 +62,11 @@ def main() -> int:
             results.append(r)
             worst = max((abs(e) for c in LABELS if (e := r.relative_error(c)) is not None), default=0.0)
             ok = r.lost_score >= GOAL_SCORE and worst <= GOAL_CATEGORY
-            print(f"[{i}/{len(names)}] {name:32s} lost right {r.lost_score:6.1%}  "
-                  f"{'ok ' if ok else 'MISS'}  ({time.perf_counter() - t:.1f} s)", flush=True)
+            print(
+                f"[{i}/{len(names)}] {name:32s} lost right {r.lost_score:6.1%}  "
+                f"{'ok ' if ok else 'MISS'}  ({time.perf_counter() - t:.1f} s)",
+                flush=True,
+            )
             print(f"    {errors(r)}")
             if args.matrices or not ok:
                 print(matrix(r))
@@ -71,13 +76,16 @@ def main() -> int:
     denominator = sum(max(r.lost_truth, r.lost_got) for r in results)
     suite = right / denominator if denominator else 1.0
     passed = sum(
-        1 for r in results
+        1
+        for r in results
         if r.lost_score >= GOAL_SCORE
         and all(abs(e) <= GOAL_CATEGORY for c in LABELS if (e := r.relative_error(c)) is not None)
     )
-    print(f"\nsuite: {suite:.1%} of lost GPU-seconds in the right category (counted both ways); "
-          f"{passed}/{len(results)} scenarios meet >= {GOAL_SCORE:.0%} and every category within "
-          f"+-{GOAL_CATEGORY:.0%}")
+    print(
+        f"\nsuite: {suite:.1%} of lost GPU-seconds in the right category (counted both ways); "
+        f"{passed}/{len(results)} scenarios meet >= {GOAL_SCORE:.0%} and every category within "
+        f"+-{GOAL_CATEGORY:.0%}"
+    )
     return 0
 
 

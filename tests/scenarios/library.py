@@ -7,6 +7,7 @@ about by hand. Thresholds referred to are the example config's `[analyzer]` valu
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from tests.scenarios.timeline import GPUS, HEALTHY_SM, Timeline
@@ -150,7 +151,7 @@ def threshold_scenarios() -> dict[str, Callable[[], Timeline]]:
     for signal, (category, make) in cases.items():
         for side, factor in (("above", 1.02), ("below", 0.98)):
             name = f"{signal}_{side}"
-            out[name] = (lambda n=name, c=category, e=make(factor): _stalled(n, c, e))
+            out[name] = functools.partial(_stalled, name, category, make(factor))
     return out
 
 
@@ -199,12 +200,22 @@ def partial_step_events() -> Timeline:
     for t in range(60, 1790):
         stalled = 600 <= t < 1200 and (t - 600) % 10 < 6
         for g in range(GPUS):
-            tl.steps.append({
-                "t": t, "node": 0, "ts_ms": tl.start_ms + (t + 1) * 1000, "job_id": J, "rank": g,
-                "step": step, "attempt": 1, "gpu": g, "duration_ms": 1000.0,
-                "data_ms": 1000.0 if stalled else 5.0, "compute_ms": 0.0 if stalled else 900.0,
-                "comm_ms": 0.0 if stalled else 95.0,
-            })
+            tl.steps.append(
+                {
+                    "t": t,
+                    "node": 0,
+                    "ts_ms": tl.start_ms + (t + 1) * 1000,
+                    "job_id": J,
+                    "rank": g,
+                    "step": step,
+                    "attempt": 1,
+                    "gpu": g,
+                    "duration_ms": 1000.0,
+                    "data_ms": 1000.0 if stalled else 5.0,
+                    "compute_ms": 0.0 if stalled else 900.0,
+                    "comm_ms": 0.0 if stalled else 95.0,
+                }
+            )
         step += 1
     return tl
 

@@ -88,7 +88,13 @@ class Timeline:
         attempt = fields.setdefault("attempt", self.attempts.get(job_id, 1))
         self.attempts[job_id] = attempt
         self.events.append(
-            {"ts_ms": self.start_ms + t * 1000 + ms, "job_id": job_id, "event": event, "source": "file", **fields}
+            {
+                "ts_ms": self.start_ms + t * 1000 + ms,
+                "job_id": job_id,
+                "event": event,
+                "source": "file",
+                **fields,
+            }
         )
 
     def phase(
@@ -153,8 +159,13 @@ class Timeline:
     def finish(self, job_id: str, nodes: list[int], end: int, released: int | None = None) -> None:
         self.event(end, job_id, "completed", exit_code=0)
         for n in nodes:
-            self.event(end if released is None else released, job_id, "released", node=n,
-                       gpu_indices=list(range(GPUS)))
+            self.event(
+                end if released is None else released,
+                job_id,
+                "released",
+                node=n,
+                gpu_indices=list(range(GPUS)),
+            )
 
     def storage_load(self, nodes: list[int], t0: int, t1: int, fraction_of_ceiling: float) -> None:
         """Reads on `nodes` that add up to `fraction_of_ceiling` of the pool's storage ceiling."""
@@ -173,8 +184,15 @@ class Timeline:
         ei = 0
 
         def envelope(kind: str, node: str, columns: dict, sent_ms: int) -> tuple[str, bytes, bytes]:
-            value = encode_batch(kind=kind, cluster=cluster, node=node, seq=seq[(node, kind)], sent_ms=sent_ms,
-                                 columns=columns, agent=AGENT)
+            value = encode_batch(
+                kind=kind,
+                cluster=cluster,
+                node=node,
+                seq=seq[(node, kind)],
+                sent_ms=sent_ms,
+                columns=columns,
+                agent=AGENT,
+            )
             seq[(node, kind)] += 1
             return topic_for(kind), node.encode(), value
 
@@ -193,8 +211,18 @@ class Timeline:
             for s in steps:
                 by_node[self.node_names[s["node"]]].append(s)
             for node, rows in by_node.items():
-                names = ["ts_ms", "job_id", "rank", "step", "attempt", "gpu", "duration_ms", "data_ms",
-                         "compute_ms", "comm_ms"]
+                names = [
+                    "ts_ms",
+                    "job_id",
+                    "rank",
+                    "step",
+                    "attempt",
+                    "gpu",
+                    "duration_ms",
+                    "data_ms",
+                    "compute_ms",
+                    "comm_ms",
+                ]
                 cols = {k: [r[k] for r in rows] for k in names}
                 yield envelope("step", node, cols, self.start_ms + t1 * 1000)
             for n, node in enumerate(self.node_names):
