@@ -27,6 +27,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -60,30 +62,32 @@ MAPPING = {
     "OTHER": "unexplained",
 }
 ROWS = (*CATEGORIES, "unexplained")
+ENDS = ("failed", "completed")
 
 
-def ml_goodput_calls(tl: Timeline) -> list[dict]:
+def ml_goodput_calls(tl: Timeline, first_step: int = 0) -> list[dict]:
     """What an instrumented training program would have recorded, derived from the events and the truth
-    of one job: times in seconds since the timeline's start, in time order."""
-    n, g = next(zip(*(tl.truth != UNALLOCATED).nonzero()))[:2]  # any GPU of the job: all move together
+    of one job: times in seconds since the timeline's start, in time order. Steps are numbered from
+    `first_step` (0, as MaxText and Orbax do), and a restart with no checkpoint resumes there."""
+    n, g, _ = np.argwhere(tl.truth != UNALLOCATED)[0]  # any GPU of the job: they all move together
     cat, sm = tl.truth[n, g], tl.sm[n, g]
     computing = (cat == CODE["productive"]) | ((cat == CODE["retry_waste"]) & (sm >= HEALTHY_SM / 2))
     events = sorted(tl.events, key=lambda e: e["ts_ms"])
     times = [(e["ts_ms"] - tl.start_ms) / 1000 for e in events]
     calls: list[dict] = []
     attempt_start = None
-    next_step, saved_step = 0, -1
+    next_step, saved_step = first_step, first_step - 1
     step_at: dict[int, int] = {}  # second -> step started in it, this attempt
-    for i, (t, e) in enumerate(zip(times, events)):
+    for i, (t, e) in enumerate(zip(times, events, strict=True)):
         kind = e["event"]
-        if kind == "allocated" and attempt_start is None or kind == "restarted":
+        if (kind == "allocated" and attempt_start is None) or kind == "restarted":
             attempt_start = t
             calls.append({"t": t, "call": "record_job_start_time"})
         elif kind == "running":
             if t > attempt_start:
                 calls.append({"t": attempt_start, "call": "record_training_preparation_start_time"})
                 calls.append({"t": t, "call": "record_training_preparation_end_time"})
-            end = next(u for u, f in zip(times[i:], events[i:]) if f["event"] in ("failed", "completed"))
+            end = next(times[j] for j in range(i, len(events)) if events[j]["event"] in ENDS)
             step_at = {}
             for s in range(int(t), int(end)):  # one step per second of real compute
                 if computing[s]:
@@ -101,8 +105,8 @@ def ml_goodput_calls(tl: Timeline) -> list[dict]:
     return sorted(calls, key=lambda c: c["t"])
 
 
-def ml_goodput(tl: Timeline, python: str, workdir: Path) -> dict:
-    spec = {"job": tl.name, "start_s": tl.start_ms / 1000, "calls": ml_goodput_calls(tl)}
+def ml_goodput(tl: Timeline, python: str, workdir: Path, first_step: int = 0) -> dict:
+    spec = {"job": tl.name, "start_s": tl.start_ms / 1000, "calls": ml_goodput_calls(tl, first_step)}
     src, out = workdir / f"{tl.name}.calls.json", workdir / f"{tl.name}.mlgp.json"
     src.write_text(json.dumps(spec))
     subprocess.run([python, str(ADAPTER), str(src), str(out)], check=True)
@@ -129,11 +133,9 @@ def table(name: str, truth: dict, got: dict, theirs: dict, gpus: int) -> str:
         t, o, m = truth.get(c, 0.0) / gpus, got.get(c, 0.0) / gpus, mapped.get(c)
         if not (t or o or m):
             continue
-        cell = "—" if m is None and c not in ("productive",) else f"{m or 0:.0f}"
-        show = "-" if c == "unexplained" else None
-        lines.append(
-            f"    {c:14s}{show or f'{t:.0f}':>9s}{show or f'{o:.0f}':>9s}{cell:>9s}   {', '.join(raw[c])}"
-        )
+        ours = ("-", "-") if c == "unexplained" else (f"{t:.0f}", f"{o:.0f}")  # no such category here
+        cell = "—" if m is None else f"{m:.0f}"  # no counterpart there
+        lines.append(f"    {c:14s}{ours[0]:>9s}{ours[1]:>9s}{cell:>9s}   {', '.join(raw[c])}")
     lines.append(
         f"    {'goodput':14s}{truth.get('productive', 0) / alloc:9.1%}"
         f"{got.get('productive', 0) / max(sum(got.values()), 1e-9):9.1%}{theirs['goodput_pct'] / 100:9.1%}"
@@ -145,6 +147,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mlgp-python", default="/tmp/mlgp/bin/python", help="interpreter of the library's venv")
     ap.add_argument("--only", nargs="*", choices=CASES, help="scenario names (default: all five)")
+    ap.add_argument("--first-step", type=int, default=0, help="number of the first training step")
     ap.add_argument("--keep", type=Path, help="keep the derived calls and the library's answers here")
     args = ap.parse_args()
     if not Path(args.mlgp_python).exists():
@@ -156,7 +159,7 @@ def main() -> int:
         for name in args.only or CASES:
             tl = SCENARIOS[name]()
             gpus = int((tl.truth != UNALLOCATED).any(axis=2).sum())
-            theirs = ml_goodput(tl, args.mlgp_python, work)
+            theirs = ml_goodput(tl, args.mlgp_python, work, args.first_step)
             r = run(tl, Path(tmp))
             print(table(name, r.truth, r.got, theirs, gpus), flush=True)
     return 0
