@@ -22,7 +22,8 @@ def team_table(store: Store, cluster: str) -> pl.DataFrame:
     sums = ", ".join(f"sumIf(gpu_seconds, category = '{c}') / 3600 AS {c}_gpu_hours" for c in cats)
     t = store.query_arrow(f"""
         SELECT team, sum(gpu_seconds) / 3600 AS allocated_gpu_hours,
-               100 * sumIf(gpu_seconds, category = 'productive') / greatest(sum(gpu_seconds), 1e-9) AS goodput_pct,
+               100 * sumIf(gpu_seconds, category = 'productive')
+                   / greatest(sum(gpu_seconds), 1e-9) AS goodput_pct,
                {sums}, sum(cost) AS cost, sumIf(cost, category != 'productive') AS waste_cost,
                uniqExact(job_id) AS jobs
         FROM {catalog.GOODPUT_WINDOWS} WHERE cluster = '{cluster}'
@@ -94,11 +95,12 @@ def format_team_table(teams: pl.DataFrame, currency: str) -> str:
             + [f"{teams[f'{c}_gpu_hours'].sum():.1f}" for c in cats]
             + [f"{teams['cost'].sum():,.0f}", f"{teams['waste_cost'].sum():,.0f}"]
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
 
     def line(cells: list) -> str:
         return "  ".join(
-            str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            str(c).rjust(w) if i else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         )
 
     out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]

@@ -151,7 +151,7 @@ def truth_table(res: SimResult) -> pa.Table:
             edges = np.flatnonzero(np.diff(key)) + 1
             starts = np.concatenate(([0], edges))
             ends = np.concatenate((edges, [len(key)]))
-            for s, e in zip(starts, ends):
+            for s, e in zip(starts, ends, strict=True):
                 if cat[s] == 0:
                     continue
                 out["job_id"].append(res.jobs[job[s]].job_id)
