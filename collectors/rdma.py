@@ -170,7 +170,7 @@ class RdmaCollector:
             devices = sorted(self.base.iterdir())
         except OSError as e:
             raise CollectorError(f"cannot list {self.base}: {e.strerror or e}") from e
-        samples = []
+        samples: list[PortSample] = []
         for dev in devices:
             ports_dir = dev / "ports"
             try:

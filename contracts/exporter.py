@@ -9,6 +9,8 @@ GPU node.
 
 from __future__ import annotations
 
+from wsgiref.simple_server import WSGIServer
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 _TYPES = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
@@ -30,12 +32,15 @@ class MetricsEndpoint:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._server = None
+        self._server: WSGIServer | None = None
 
     def serve(self, host: str, port: int) -> tuple[str, int]:
         """Starts the endpoint; returns the bound address (port 0: any free port)."""
         self._server, _thread = start_http_server(port, host, registry=self.registry)
-        return self._server.server_address[:2]
+        bound_host, bound_port = self._server.server_address[
+            :2
+        ]  # typeshed: host may be bytes (never for TCP)
+        return str(bound_host), bound_port
 
     def close(self) -> None:
         if self._server is not None:

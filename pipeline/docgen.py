@@ -292,6 +292,7 @@ when the node cannot measure it; it disappears when its collector fails (then
             "|---|---|---|---|",
         ]
         for f in metric_fields:
+            assert f.metric is not None  # metric_fields keeps fields with a metric
             name = (
                 f.metric if f.metric_type != "counter" or f.metric.endswith("_total") else f"{f.metric}_total"
             )

@@ -13,7 +13,9 @@ from pipeline.store import Store
 
 def job_table(store: Store, cluster: str) -> pl.DataFrame:
     t = store.query_arrow(f"SELECT * FROM {catalog.JOB_SUMMARY} WHERE cluster = '{cluster}' ORDER BY job_id")
-    return pl.from_arrow(t).drop("computed_at")
+    df = pl.from_arrow(t)
+    assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
+    return df.drop("computed_at")
 
 
 def team_table(store: Store, cluster: str) -> pl.DataFrame:
@@ -29,7 +31,9 @@ def team_table(store: Store, cluster: str) -> pl.DataFrame:
         FROM {catalog.GOODPUT_WINDOWS} WHERE cluster = '{cluster}'
         GROUP BY team ORDER BY allocated_gpu_hours DESC
         SETTINGS prefer_column_name_to_alias = 1""")
-    return pl.from_arrow(t)
+    df = pl.from_arrow(t)
+    assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
+    return df
 
 
 def as_json(store: Store, cluster: str, currency: str) -> dict:
@@ -88,8 +92,8 @@ def format_team_table(teams: pl.DataFrame, currency: str) -> str:
             + [f"{r['cost']:,.0f}", f"{r['waste_cost']:,.0f}"]
         )
     if rows:
-        tot_h = teams["allocated_gpu_hours"].sum()
-        prod = teams["productive_gpu_hours"].sum()
+        tot_h = float(teams["allocated_gpu_hours"].sum())
+        prod = float(teams["productive_gpu_hours"].sum())
         rows.append(
             ["TOTAL", f"{tot_h:.1f}", f"{100 * prod / max(tot_h, 1e-9):.1f}%"]
             + [f"{teams[f'{c}_gpu_hours'].sum():.1f}" for c in cats]

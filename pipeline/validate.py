@@ -250,7 +250,7 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
         values: list = []
         for e in envs:
             col = e.columns.get(f.name)
-            values.extend(col if col is not None else ([[]] if f.type == "int_list" else [None]) * e.rows)
+            values.extend(col if col is not None else [[] if f.type == "int_list" else None] * e.rows)
         arr = _field_array(f, values, pa.int64() if f.name == "ts_ms" else typ)
         problem = _check_array(f, arr, now_ms, limits)
         if problem:

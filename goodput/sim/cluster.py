@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,9 @@ class SimConfig:
     @classmethod
     def from_config(cls, cfg: Config, **overrides) -> "SimConfig":
         known = set(cls.__dataclass_fields__)
-        knobs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in cfg.simulation.items() if k in known}
+        knobs: dict[str, Any] = {
+            k: (tuple(v) if isinstance(v, list) else v) for k, v in cfg.simulation.items() if k in known
+        }
         knobs.update(overrides)
         return cls(**knobs)
 
