@@ -95,7 +95,7 @@ def parse_agent(
     table: dict[str, Any], where: str = "agent", *, env: dict[str, str] | None = None, node: str | None = None
 ) -> AgentConfig:
     """Validates an `[agent]` table (unknown keys and wrong types are refused by name)."""
-    env = os.environ if env is None else env
+    env = dict(os.environ) if env is None else env
     known = {f.name: f for f in fields(AgentConfig)}
     renamed = {"intervals": "intervals_s"}
     data = {renamed.get(k, k): v for k, v in table.items()}

@@ -178,7 +178,8 @@ class Agent:
             self.version,
             self.cfg.node,
             ", ".join(
-                f"{k} every {self.cfg.interval_s(k):g}s ({', '.join(r.collector.name for r in self.by_kind[k])})"
+                f"{k} every {self.cfg.interval_s(k):g}s "
+                f"({', '.join(r.collector.name for r in self.by_kind[k])})"
                 for k in kinds
             )
             or "no collectors",

@@ -56,7 +56,7 @@ class SampleExporter:
     def _families(self, kind_name: str, rows: list[Row]) -> Iterable[Metric]:
         kind = KINDS[kind_name]
         label_fields = [f for f in kind.fields if f.label]
-        names = [f.label for f in label_fields]
+        names = [f.label for f in label_fields if f.label]  # all of them; `if` narrows the type
         host = kind_name in HOST_LABEL_KINDS
         if host:
             names.append("Hostname")
@@ -68,10 +68,12 @@ class SampleExporter:
             if not f.metric:
                 continue
             if f.metric_type == "counter":
-                family: Metric = CounterMetricFamily(f.metric.removesuffix("_total"), f.help, labels=names)
+                family: CounterMetricFamily | GaugeMetricFamily = CounterMetricFamily(
+                    f.metric.removesuffix("_total"), f.help, labels=names
+                )
             else:
                 family = GaugeMetricFamily(f.metric, f.help, labels=names)
-            for r, lv in zip(rows, labels):
+            for r, lv in zip(rows, labels, strict=True):  # one label list per row
                 v = r.get(f.name)
                 if v is not None and not isinstance(v, (list, str)):
                     family.add_metric(lv, float(v) * f.metric_scale)

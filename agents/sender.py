@@ -41,7 +41,8 @@ class SendMetrics(Protocol):
 
 
 class KafkaProducerLike(Protocol):
-    pending_bytes: int
+    @property
+    def pending_bytes(self) -> int: ...  # read-only: KafkaProducerTransport computes it
 
     def send(self, topic: str, key: bytes, value: bytes) -> None: ...
 

@@ -141,6 +141,7 @@ class SeqState:
     def close(self) -> None:
         """A clean stop: the exact state is made durable, so the next start trusts it after a reboot."""
         self._save(clean=True)
+        assert self._fd is not None  # _save opened it
         os.close(self._fd)
         self._fd = None
 

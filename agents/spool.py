@@ -275,6 +275,7 @@ class Spool:
         return seg
 
     def _write(self, seg: _Segment, rec: bytes) -> None:
+        assert self._fd is not None  # _active/_rotate opened the active segment
         _write_all(self._fd, rec)
         seg.size += len(rec)
         seg.ends.append(seg.size)

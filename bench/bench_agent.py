@@ -119,10 +119,12 @@ def main(seconds: float = 60.0) -> None:
     cpu_pct = (c1 - c0) / (t1 - t0) * 100
     batches = sum(sent1[k] - sent0[k] for k in sent1)
     print(
-        f"agent, 8 GPUs + 8 RDMA ports + 4 disks + PSI + NFS + Lustre (8 OSTs), 1 Hz, real broker, {seconds:.0f} s"
+        "agent, 8 GPUs + 8 RDMA ports + 4 disks + PSI + NFS + Lustre (8 OSTs), 1 Hz, "
+        f"real broker, {seconds:.0f} s"
     )
     print(
-        f"  batches produced            {batches} ({batches / (t1 - t0):.1f}/s), {spooled:.0f} in the spool at the end"
+        f"  batches produced            {batches} ({batches / (t1 - t0):.1f}/s), "
+        f"{spooled:.0f} in the spool at the end"
     )
     print(f"  CPU                         {cpu_pct:.2f} % of one core   (goal < 1 %)")
     print(
@@ -130,7 +132,8 @@ def main(seconds: float = 60.0) -> None:
         f"the agent's own machinery {cpu_pct - alone:.2f} %"
     )
     print(
-        f"  RSS now / peak              {mem['VmRSS'] / 1024:.1f} MiB / {mem['VmHWM'] / 1024:.1f} MiB   (goal < 60 MB)"
+        f"  RSS now / peak              {mem['VmRSS'] / 1024:.1f} MiB / {mem['VmHWM'] / 1024:.1f} MiB"
+        "   (goal < 60 MB)"
     )
     print(
         f"  baseline: same imports, idle {base / 1024:.1f} MiB  -> the agent's own working set "

@@ -44,10 +44,7 @@ from contracts import config as config_mod  # noqa: E402
 from contracts.schema import KINDS, topic_for  # noqa: E402
 from goodput.sim.cluster import SimConfig, scaled_config, simulate  # noqa: E402
 from goodput.sim.emit import messages  # noqa: E402
-from pipeline import (
-    ddl,
-    validate,  # noqa: E402
-)
+from pipeline import ddl, validate  # noqa: E402
 from pipeline.chdb_store import ChdbStore  # noqa: E402
 from pipeline.loader import Loader, _expected_kind, cycle_collector_paused, limits_from_config  # noqa: E402
 from pipeline.loader_service import LoaderService  # noqa: E402
@@ -256,8 +253,8 @@ def main() -> None:
             mb = sum(len(v) for *_, v in msgs) / 1e6
             produced_s = produce(bootstrap, prefix, msgs)
             print(
-                f"workload: {args.gpus} simulated GPUs x {args.hours:g} h = {len(msgs):,} batches, {mb:,.1f} MB of "
-                f"JSON, produced to 4-partition topics in {produced_s:.1f} s"
+                f"workload: {args.gpus} simulated GPUs x {args.hours:g} h = {len(msgs):,} batches, "
+                f"{mb:,.1f} MB of JSON, produced to 4-partition topics in {produced_s:.1f} s"
             )
             with ChdbStore(tmp / "store") as store:
                 ddl.migrate(store)
@@ -298,13 +295,15 @@ def main() -> None:
     print(f"{'total (wall)':18} {r['wall']:8.2f} {'':6} {rows / r['wall']:16,.0f}")
     print(
         f"\nCPU: {r['cpu']:.2f} s in the process: {r['main_cpu']:.2f} s on the loader thread (poll "
-        f"{r['fetch_cpu']:.2f} s, load {r['load_cpu']:.2f} s), {r['cpu'] - r['main_cpu']:.2f} s on kafka-python's "
-        f"and chDB's own threads. Wall above CPU is waiting (for the broker, or for a core on a busy machine)."
+        f"{r['fetch_cpu']:.2f} s, load {r['load_cpu']:.2f} s), {r['cpu'] - r['main_cpu']:.2f} s on "
+        "kafka-python's and chDB's own threads. Wall above CPU is waiting (for the broker, or for a core "
+        "on a busy machine)."
     )
     print(f"rows/s per core (rows / process CPU s): {rows / r['cpu']:,.0f}")
     print(
-        f"LoaderService end to end (goodput ingest --until-caught-up, incl. group join and the final lag check): "
-        f"{s['rows']:,} rows, {s['rows'] / s['wall']:,.0f} rows/s wall, {s['rows'] / s['cpu']:,.0f} rows/CPU-s"
+        "LoaderService end to end (goodput ingest --until-caught-up, incl. group join and the final "
+        f"lag check): {s['rows']:,} rows, {s['rows'] / s['wall']:,.0f} rows/s wall, "
+        f"{s['rows'] / s['cpu']:,.0f} rows/CPU-s"
     )
 
     limits = limits_from_config(scaled)

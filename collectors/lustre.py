@@ -54,7 +54,8 @@ def parse_stats(text: str) -> dict[str, StatLine]:
 
 
 def device_name(instance: str) -> str:
-    """`scratch-ffff9a8b7c6d5000` -> `scratch`; `scratch-OST0003-osc-ffff9a8b7c6d5000` -> `scratch-OST0003`."""
+    """`scratch-ffff9a8b7c6d5000` -> `scratch`;
+    `scratch-OST0003-osc-ffff9a8b7c6d5000` -> `scratch-OST0003`."""
     return _INSTANCE.sub("", instance)
 
 

@@ -94,7 +94,7 @@ class NfsCollector:
         c, src = self.counters, m.mount_point
         row: Row = {"ts_ms": now_ms, "source": "nfs", "device": m.mount_point}
         values = {}
-        if m.server_read_bytes is not None:
+        if m.server_read_bytes is not None and m.server_write_bytes is not None:  # one line sets both
             values["read_bytes_per_s"] = c.rate(src, "server_read_bytes", m.server_read_bytes, now_ms)
             values["write_bytes_per_s"] = c.rate(src, "server_write_bytes", m.server_write_bytes, now_ms)
         if "WRITE" in m.ops:

@@ -140,11 +140,12 @@ class NvmlCollector:
     def __init__(self, nvml: ModuleType | None = None, *, proc_root: str | Path = "/proc") -> None:
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError as e:
                 raise CollectorUnavailable(
                     "python package nvidia-ml-py (module pynvml) is not installed"
                 ) from e
+            nvml = pynvml
         self.nvml = nvml
         self.proc_root = Path(proc_root)
         self.counters = Counters()
@@ -228,7 +229,8 @@ class NvmlCollector:
 
     def _drain_xids(self) -> dict[int, int]:
         """GPU index -> last XID seen since the previous tick."""
-        nv, xids = self.nvml, {}
+        nv = self.nvml
+        xids: dict[int, int] = {}
         if self._events is None:
             return xids
         for _ in range(MAX_EVENTS_PER_TICK):
@@ -247,7 +249,9 @@ class NvmlCollector:
 
     def _gpm(self, dev: _Device) -> dict[str, float]:
         """GPM metrics over the interval since the previous tick's sample (empty on the first)."""
-        nv, out = self.nvml, {}
+        nv = self.nvml
+        out: dict[str, float] = {}
+        assert dev.gpm is not None  # only called for devices with GPM support
         prev, cur = dev.gpm
         if self._call(dev, "nvmlGpmSampleGet", dev.handle, cur) is None:
             return out

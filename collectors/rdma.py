@@ -99,7 +99,8 @@ _PFC = re.compile(r"^\s*rx_prio(\d+)_pause(_duration)?:\s*(\d+)\s*$", re.M)
 
 
 def parse_ethtool_pfc(text: str) -> dict[str, dict[int, int]]:
-    """From `ethtool -S` output, per-priority received PFC pauses: {"pause": {prio: n}, "duration": {prio: µs}}."""
+    """From `ethtool -S` output, per-priority received PFC pauses:
+    {"pause": {prio: n}, "duration": {prio: µs}}."""
     out: dict[str, dict[int, int]] = {"pause": {}, "duration": {}}
     for prio, dur, value in _PFC.findall(text):
         out["duration" if dur else "pause"][int(prio)] = int(value)
@@ -169,7 +170,7 @@ class RdmaCollector:
             devices = sorted(self.base.iterdir())
         except OSError as e:
             raise CollectorError(f"cannot list {self.base}: {e.strerror or e}") from e
-        samples = []
+        samples: list[PortSample] = []
         for dev in devices:
             ports_dir = dev / "ports"
             try:

@@ -226,7 +226,8 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
     state, flags = _state(raw.get("job_state"))
     nodes = _node_names(raw)
     details = [d for d in raw.get("gres_detail") or [] if isinstance(d, str)]
-    indices = {n: idx for n, d in zip(nodes, details) if (idx := gpu_indices(d)) is not None}
+    # gres_detail is absent on a pending job and may list fewer entries than nodes
+    indices = {n: idx for n, d in zip(nodes, details, strict=False) if (idx := gpu_indices(d)) is not None}
     rc, sig = _exit(raw.get("exit_code"))
     return SlurmJob(
         job_id=job_id,
@@ -375,6 +376,7 @@ class SlurmCollector:
 
     @staticmethod
     def _end(emit: Callable[..., None], job: SlurmJob, track: _Track) -> None:
+        assert job.state is not None  # the caller checked job.state in TERMINAL
         event, reason = TERMINAL[job.state]
         exit_code = job.return_code
         if job.signal:

@@ -40,7 +40,7 @@ CATEGORIES = (
 WASTE_CATEGORIES = tuple(c for c in CATEGORIES if c != "productive")
 
 
-def agent_metrics() -> dict[str, tuple[str, str]]:
+def agent_metrics() -> dict[str, tuple[str | None, str]]:
     """Prometheus series the agent exports from sample fields: name -> (type, help)."""
     return {f.metric: (f.metric_type, f.help) for kind in KINDS.values() for f in kind.fields if f.metric}
 

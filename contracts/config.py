@@ -212,7 +212,7 @@ def _take(table: dict, key: str, where: str, kind: type, default: Any = ...) -> 
     return value
 
 
-def _dataclass_from(cls: type, table: dict, where: str) -> Any:
+def _dataclass_from(cls: type[Any], table: dict, where: str) -> Any:
     """Fills a flat dataclass of defaults from a TOML table, rejecting unknown keys (typos)."""
     known = cls.__dataclass_fields__
     unknown = sorted(set(table) - set(known))

@@ -19,7 +19,7 @@ same major version, so the loader dead-letters unknown fields rather than guessi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 SCHEMA_VERSION = 1
 
@@ -79,8 +79,20 @@ class Kind:
 
 
 TS = Field("ts_ms", "int", "ms", "Sample or event time, Unix epoch milliseconds (UTC).", required=True, min=0)
-PCT = dict(unit="%", min=0.0, max=100.0)
-RATE = dict(min=0.0)
+
+
+class _Percent(TypedDict):
+    unit: str
+    min: float
+    max: float
+
+
+class _Rate(TypedDict):
+    min: float
+
+
+PCT = _Percent(unit="%", min=0.0, max=100.0)
+RATE = _Rate(min=0.0)
 
 GPU = Kind(
     "gpu",

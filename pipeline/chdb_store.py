@@ -58,7 +58,7 @@ class ChdbStore:
         self._lock_file.flush()
         from chdb import session  # imported late: chdb is heavy and only the store needs it
 
-        self._session = session.Session(str(self.path))
+        self._session: session.Session | None = session.Session(str(self.path))
 
     def execute(self, sql: str) -> None:
         self._run(sql, "CSV")
@@ -77,6 +77,8 @@ class ChdbStore:
         self._run(f"INSERT INTO {table} ({cols}){settings} SELECT {cols} FROM Python(data)", "CSV")
 
     def _run(self, sql: str, fmt: str):
+        if self._session is None:
+            raise StoreError(f"chDB store {self.path} is closed [{first_line(sql)}]")
         try:
             return self._session.query(sql, fmt)
         except Exception as e:  # chDB raises plain RuntimeError for every engine error

@@ -306,7 +306,7 @@ def migrate(store: Store) -> int:
     if require_version is not None:
         require_version(MIN_SERVER_VERSION, FULL_SCHEMA_NEEDS)
     cluster = getattr(store, "cluster", None)
-    statements = all_ddl() if cluster is None else cluster_ddl(cluster, store.database)
+    statements = all_ddl() if cluster is None else cluster_ddl(cluster, getattr(store, "database", "default"))
     for statement in statements:
         store.execute(statement)
     done = (

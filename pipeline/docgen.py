@@ -210,8 +210,9 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
             out += [
                 "",
                 "Events: " + ", ".join(f"`{e}`" for e in JOB_EVENTS) + ". `allocated`/`released` name one "
-                "node and its GPU indices; `gang_complete` means every member is allocated and joined; `running` "
-                "means the first training step of the attempt began; `restarted` opens attempt n+1.",
+                "node and its GPU indices; `gang_complete` means every member is allocated and joined; "
+                "`running` means the first training step of the attempt began; "
+                "`restarted` opens attempt n+1.",
             ]
         out += ["", "Example:", "", "```json", json.dumps(example_envelope(k.name), indent=1), "```"]
     out += [
@@ -291,6 +292,7 @@ when the node cannot measure it; it disappears when its collector fails (then
             "|---|---|---|---|",
         ]
         for f in metric_fields:
+            assert f.metric is not None  # metric_fields keeps fields with a metric
             name = (
                 f.metric if f.metric_type != "counter" or f.metric.endswith("_total") else f"{f.metric}_total"
             )

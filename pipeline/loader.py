@@ -224,7 +224,7 @@ class Loader:
                 self._dead_letters(dead, now_ms),
                 _token("dead", (f"{r.topic}/{r.partition}/{r.offset}" for r, *_ in dead)),
             )
-            for _, reason, detail, _env in dead:
+            for _, reason, _detail, _env in dead:
                 stats.dead_letters[reason] += 1
             log.warning(
                 "dead-lettered %d of %d records (%s)",

@@ -197,6 +197,7 @@ class LoaderService:
         p = self._pending
         room = min(self.lc.max_poll_records, self.lc.flush_records - len(p.records))
         wait = 0.5 if not p.records else max(0.0, min(0.5, p.since + self.lc.flush_interval_s - self.clock()))
+        assert self._consumer is not None  # run() connected before polling
         try:
             records = self._consumer.poll(room, wait)
         except TransportError as e:
@@ -240,6 +241,7 @@ class LoaderService:
                 "%s=%d: killing this process between load and commit (test hook)", TEST_KILL_ENV, self._loads
             )
             os.kill(os.getpid(), signal.SIGKILL)
+        assert self._consumer is not None  # run() connected before polling
         try:
             self._consumer.commit(records)
         except TransportError as e:
@@ -268,6 +270,7 @@ class LoaderService:
     # ---- group membership, lag, progress ----
 
     def _watch_assignment(self) -> None:
+        assert self._consumer is not None  # run() connected before polling
         now = self._consumer.assignment()
         if now == self._assigned:
             if not now and self.clock() - self._unassigned_since >= UNASSIGNED_WARN_S:
@@ -308,6 +311,7 @@ class LoaderService:
         self._lag_at = -float("inf")  # new partitions: ask for their lag now
 
     def _refresh_lag(self) -> bool:
+        assert self._consumer is not None  # run() connected before polling
         try:
             self._lag = self._consumer.lag()
         except TransportError as e:
@@ -344,6 +348,7 @@ class LoaderService:
             self._next_analyze = self.clock() + self.analyze_every_s
 
     def _run_analyze(self) -> None:
+        assert self.analyze is not None  # callers check it is set
         try:
             self.analyze()
         except StoreError as e:

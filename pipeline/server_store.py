@@ -30,6 +30,7 @@ import re
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -101,13 +102,14 @@ class ServerConfig:
         if "password" in table:
             raise ConfigError(
                 f"[{where}].password: passwords never live in the configuration file. Put it in an "
-                f'environment variable and name that variable instead: password_env = "GOODPUT_CLICKHOUSE_PASSWORD"'
+                "environment variable and name that variable instead: "
+                'password_env = "GOODPUT_CLICKHOUSE_PASSWORD"'
             )
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(table) - set(known))
         if unknown:
             raise ConfigError(f"[{where}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
-        values = {}
+        values: dict[str, Any] = {}  # each checked against its field's type below
         for name, value in table.items():
             kind = type(known[name].default)
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -168,8 +170,9 @@ def _driver_column(col: pa.ChunkedArray):
     """One Arrow column in the form clickhouse-driver's NumPy columns write without per-value Python
     work where the type allows: numbers as NumPy arrays, timestamps as a UTC DatetimeIndex (the driver
     scales it to each DateTime/DateTime64 column; NaT is NULL), strings as object arrays, lists as
-    object arrays of Python lists (the driver has no NumPy Array column). Integers and booleans with nulls become
-    object arrays: NumPy has no null for them, and a float detour would lose int64 precision."""
+    object arrays of Python lists (the driver has no NumPy Array column). Integers and booleans with
+    nulls become object arrays: NumPy has no null for them, and a float detour would lose int64
+    precision."""
     import numpy as np
     import pandas as pd
 
@@ -195,6 +198,7 @@ class _QuietArrayFallback(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not (
             str(record.msg).startswith("NumPy support is not implemented for")
+            and isinstance(record.args, tuple)
             and bool(record.args)
             and str(record.args[0]).startswith("Array(")
         )
@@ -245,7 +249,8 @@ class ServerStore:
         )
         self._token_warned = False
         version, has_token = self._call(
-            "SELECT version(), (SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token')",
+            "SELECT version(), "
+            "(SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token')",
             lambda sql: self._client.execute(sql),
         )[0]
         self.version_text = version
@@ -265,9 +270,10 @@ class ServerStore:
         if self.version[: len(minimum)] < minimum:
             wanted = ".".join(str(p) for p in minimum)
             raise StoreVersionError(
-                f"ClickHouse at {self.address} is version {self.version_text}, but {needs} need ClickHouse >= "
-                f"{wanted}. Upgrade the server (or point [store.server] at one >= {wanted}), or use the embedded "
-                f'store (kind = "chdb"); docs/clickhouse-server.md says what runs on older servers'
+                f"ClickHouse at {self.address} is version {self.version_text}, but {needs} need "
+                f"ClickHouse >= {wanted}. Upgrade the server (or point [store.server] at one >= {wanted}), "
+                'or use the embedded store (kind = "chdb"); docs/clickhouse-server.md says what runs on '
+                "older servers"
             )
 
     def execute(self, sql: str) -> None:
@@ -287,7 +293,7 @@ class ServerStore:
         setting; older servers get the rows without it (logged once) and rely on the loader's ledger."""
         if data.num_rows == 0:
             return
-        settings = {"use_numpy": True}
+        settings: dict[str, bool | str] = {"use_numpy": True}
         if dedup_token:
             if self.supports_dedup_token:
                 settings["insert_deduplication_token"] = dedup_token
@@ -342,9 +348,9 @@ class ServerStore:
             except (errors.NetworkError, errors.SocketTimeoutError, EOFError, OSError) as e:
                 if _is_tls_failure(e):
                     raise StoreError(
-                        f"TLS with ClickHouse at {self.address} failed: {e}. Check [store.server].secure (the "
-                        f"server's TLS port, 9440 by default), ca_certs (the CA that signed the server's "
-                        f"certificate) and verify"
+                        f"TLS with ClickHouse at {self.address} failed: {e}. Check [store.server].secure "
+                        f"(the server's TLS port, 9440 by default), ca_certs (the CA that signed the "
+                        f"server's certificate) and verify"
                     ) from None
                 last = f"{type(e).__name__}: {e}"
                 if sent and not retry_after_send:
@@ -367,8 +373,8 @@ class ServerStore:
                 time.sleep(delay)
         raise StoreError(
             f"ClickHouse at {self.address} did not answer [{first_line(sql)}] after {attempts} attempts over "
-            f"{time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs and listens "
-            f"there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its error log "
+            f"{time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs and "
+            f"listens there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its error log "
             f"(clickhouse-server.err.log). Nothing was committed, so retrying the same load is safe"
         )
 

@@ -13,7 +13,9 @@ from pipeline.store import Store
 
 def job_table(store: Store, cluster: str) -> pl.DataFrame:
     t = store.query_arrow(f"SELECT * FROM {catalog.JOB_SUMMARY} WHERE cluster = '{cluster}' ORDER BY job_id")
-    return pl.from_arrow(t).drop("computed_at")
+    df = pl.from_arrow(t)
+    assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
+    return df.drop("computed_at")
 
 
 def team_table(store: Store, cluster: str) -> pl.DataFrame:
@@ -22,13 +24,16 @@ def team_table(store: Store, cluster: str) -> pl.DataFrame:
     sums = ", ".join(f"sumIf(gpu_seconds, category = '{c}') / 3600 AS {c}_gpu_hours" for c in cats)
     t = store.query_arrow(f"""
         SELECT team, sum(gpu_seconds) / 3600 AS allocated_gpu_hours,
-               100 * sumIf(gpu_seconds, category = 'productive') / greatest(sum(gpu_seconds), 1e-9) AS goodput_pct,
+               100 * sumIf(gpu_seconds, category = 'productive')
+                   / greatest(sum(gpu_seconds), 1e-9) AS goodput_pct,
                {sums}, sum(cost) AS cost, sumIf(cost, category != 'productive') AS waste_cost,
                uniqExact(job_id) AS jobs
         FROM {catalog.GOODPUT_WINDOWS} WHERE cluster = '{cluster}'
         GROUP BY team ORDER BY allocated_gpu_hours DESC
         SETTINGS prefer_column_name_to_alias = 1""")
-    return pl.from_arrow(t)
+    df = pl.from_arrow(t)
+    assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
+    return df
 
 
 def as_json(store: Store, cluster: str, currency: str) -> dict:
@@ -87,18 +92,19 @@ def format_team_table(teams: pl.DataFrame, currency: str) -> str:
             + [f"{r['cost']:,.0f}", f"{r['waste_cost']:,.0f}"]
         )
     if rows:
-        tot_h = teams["allocated_gpu_hours"].sum()
-        prod = teams["productive_gpu_hours"].sum()
+        tot_h = float(teams["allocated_gpu_hours"].sum())
+        prod = float(teams["productive_gpu_hours"].sum())
         rows.append(
             ["TOTAL", f"{tot_h:.1f}", f"{100 * prod / max(tot_h, 1e-9):.1f}%"]
             + [f"{teams[f'{c}_gpu_hours'].sum():.1f}" for c in cats]
             + [f"{teams['cost'].sum():,.0f}", f"{teams['waste_cost'].sum():,.0f}"]
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
 
     def line(cells: list) -> str:
         return "  ".join(
-            str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            str(c).rjust(w) if i else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         )
 
     out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]

@@ -199,7 +199,10 @@ def _check_array(f: Field, arr: pa.Array, now_ms: int, limits: Limits) -> str | 
         lo, hi = now_ms - limits.max_past_ms, now_ms + limits.max_future_ms
         mm = pc.min_max(arr).as_py()
         if mm["min"] is not None and (mm["min"] < lo or mm["max"] > hi):
-            return f"ts_ms range [{mm['min']}, {mm['max']}] is outside [now-{limits.max_past_ms // 1000}s, now+{limits.max_future_ms // 1000}s]"
+            return (
+                f"ts_ms range [{mm['min']}, {mm['max']}] is outside "
+                f"[now-{limits.max_past_ms // 1000}s, now+{limits.max_future_ms // 1000}s]"
+            )
         return None
     if f.type == "str":
         longest = pc.max(pc.utf8_length(arr)).as_py()
@@ -247,7 +250,7 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
         values: list = []
         for e in envs:
             col = e.columns.get(f.name)
-            values.extend(col if col is not None else ([[]] if f.type == "int_list" else [None]) * e.rows)
+            values.extend(col if col is not None else [[] if f.type == "int_list" else None] * e.rows)
         arr = _field_array(f, values, pa.int64() if f.name == "ts_ms" else typ)
         problem = _check_array(f, arr, now_ms, limits)
         if problem:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,9 @@ class SimConfig:
     @classmethod
     def from_config(cls, cfg: Config, **overrides) -> "SimConfig":
         known = set(cls.__dataclass_fields__)
-        knobs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in cfg.simulation.items() if k in known}
+        knobs: dict[str, Any] = {
+            k: (tuple(v) if isinstance(v, list) else v) for k, v in cfg.simulation.items() if k in known
+        }
         knobs.update(overrides)
         return cls(**knobs)
 
@@ -162,7 +165,7 @@ def scaled_config(config: Config, gpus: int) -> Config:
     counts = [max(1, round(len(p.nodes) * want / total)) for p in config.pools]
     counts[0] += want - sum(counts)
     pools = []
-    for p, n in zip(config.pools, counts):
+    for p, n in zip(config.pools, counts, strict=True):
         stem = p.nodes[0].rstrip("0123456789")
         width = len(p.nodes[0]) - len(stem)
         pools.append(
@@ -218,7 +221,7 @@ def simulate(cfg: SimConfig, config: Config) -> SimResult:
             continue
         ph = np.zeros(T, dtype=np.int8)
         marks = job.phase_log + [(T, -1)]
-        for (t0, code), (t1, _) in zip(marks, marks[1:]):
+        for (t0, code), (t1, _) in zip(marks, marks[1:], strict=False):  # consecutive pairs
             if code in _PHASE_CODE:
                 ph[t0 : min(t1, T)] = _PHASE_CODE[code]
         phase[job.index] = ph

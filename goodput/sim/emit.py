@@ -68,8 +68,10 @@ def messages(
             batch_events.append(events[ei])
             ei += 1
         if batch_events:
-            fields = sorted({k for e in batch_events for k in e})
-            cols = {f: [e.get(f, [] if f == "gpu_indices" else None) for e in batch_events] for f in fields}
+            event_fields = sorted({k for e in batch_events for k in e})
+            cols = {
+                f: [e.get(f, [] if f == "gpu_indices" else None) for e in batch_events] for f in event_fields
+            }
             yield envelope("job", sender, cols, t1)
         gpu, has_proc, job = gpu_columns(st, t0, t1)
         nic = nic_columns(st, t0, t1)
@@ -87,7 +89,7 @@ def messages(
                 "model": [GPU_MODEL.get(pool.gpu_type, pool.gpu_type)] * int(keep8.sum()),
             }
             jid = np.where(has_proc[n], st.job_ids[job[n]][None, :], None)
-            gcols["job_id"] = _rows_by_time(jid)[keep8]
+            gcols["job_id"] = _rows_by_time(jid)[keep8]  # type: ignore[arg-type]  # numpy stubs: where(c, x, None) is an array
             for name, arr in gpu.items():
                 if name in GPM_FIELDS and not res.node_has_gpm[n]:
                     continue  # NOT_SUPPORTED on this GPU: absent, not zero
@@ -132,8 +134,8 @@ def messages(
                     "psi_some_pct",
                     "psi_full_pct",
                 ):
-                    arr = fields.get(name)
-                    scols[name].extend(arr[n][alive].tolist() if arr is not None else [None] * k)
+                    col = fields.get(name)
+                    scols[name].extend(col[n][alive].tolist() if col is not None else [None] * k)
             yield envelope("storage", node, scols, t1)
         if progress:
             progress(t1, T)
@@ -141,7 +143,7 @@ def messages(
 
 def truth_table(res: SimResult) -> pa.Table:
     """Ground truth as run-length intervals: (job_id, node, gpu, start_ms, end_ms, category)."""
-    out = {"job_id": [], "node": [], "gpu": [], "start_ms": [], "end_ms": [], "category": []}
+    out: dict[str, list] = {"job_id": [], "node": [], "gpu": [], "start_ms": [], "end_ms": [], "category": []}
     start_ms = res.cfg.start_ms
     for n, node in enumerate(res.node_names):
         job = res.job_of[n]
@@ -151,7 +153,7 @@ def truth_table(res: SimResult) -> pa.Table:
             edges = np.flatnonzero(np.diff(key)) + 1
             starts = np.concatenate(([0], edges))
             ends = np.concatenate((edges, [len(key)]))
-            for s, e in zip(starts, ends):
+            for s, e in zip(starts, ends, strict=True):
                 if cat[s] == 0:
                     continue
                 out["job_id"].append(res.jobs[job[s]].job_id)

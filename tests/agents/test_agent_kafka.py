@@ -138,7 +138,7 @@ def test_metrics_endpoint_names_and_labels(node):
     }
     disk = families["goodput_storage_read_bytes_per_second"]
     assert {"source", "device"} <= set(disk.samples[0].labels)
-    for name, (mtype, _help, labels) in AGENT_SELF_METRICS.items():
+    for name, (mtype, _help, _labels) in AGENT_SELF_METRICS.items():
         fam = families.get(name.removesuffix("_total"))
         assert fam is not None and fam.type == mtype, name
     success = {s.labels["collector"]: s.value for s in families["goodput_collector_success"].samples}
@@ -192,9 +192,9 @@ def test_step_events_are_forwarded(node):
     node.wait_for(lambda: node.next_seqs()["step"] >= 1, 10, "a step batch")
     assert node.stop() == 0
     rows = [
-        dict(zip(e["columns"], vals))
+        dict(zip(e["columns"], vals, strict=True))
         for e in node.read_stream(kinds=("step",))["step"]
-        for vals in zip(*e["columns"].values())
+        for vals in zip(*e["columns"].values(), strict=True)
     ]
     assert sorted(r["step"] for r in rows) == list(range(5))
     assert {r["job_id"] for r in rows} == {"job-7"} and all(r["compute_ms"] >= 10 for r in rows)

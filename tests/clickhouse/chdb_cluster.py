@@ -33,12 +33,14 @@ DERIVED = {
     "dim_nodes": "SELECT * FROM dim_nodes ORDER BY node",
     "dim_pools": "SELECT * FROM dim_pools ORDER BY pool",
     "dim_accounts": "SELECT * FROM dim_accounts ORDER BY account",
-    "goodput_windows": "SELECT job_id, window_start, sum(gpu_seconds), sum(cost), count() - uniqExact(category) "
-    "AS repeated FROM goodput_windows GROUP BY job_id, window_start ORDER BY job_id, window_start",
+    "goodput_windows": "SELECT job_id, window_start, sum(gpu_seconds), sum(cost), "
+    "count() - uniqExact(category) AS repeated FROM goodput_windows GROUP BY job_id, window_start "
+    "ORDER BY job_id, window_start",
     "job_summary": "SELECT job_id, account, team, pool, gpus, attempts, first_allocated, last_seen, "
     "allocated_gpu_seconds, cost, count() AS n FROM job_summary GROUP BY ALL ORDER BY job_id",
-    "team_day": "SELECT day, team, pool, sum(gpu_hours), sum(cost), count() - uniqExact(category) AS repeated "
-    "FROM team_day GROUP BY day, team, pool ORDER BY day, team, pool",
+    "team_day": "SELECT day, team, pool, sum(gpu_hours), sum(cost), "
+    "count() - uniqExact(category) AS repeated FROM team_day GROUP BY day, team, pool "
+    "ORDER BY day, team, pool",
     "scheduling_delay": "SELECT * EXCEPT computed_at FROM scheduling_delay ORDER BY job_id",
 }
 """The derived tables as the test compares them with the single-server run. Which category a GPU-second
@@ -89,7 +91,9 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
             for statement in ddl.cluster_ddl(CLUSTER, "default", replicated=False, on_cluster=False):
                 store.execute(statement)
         engines = store.query_arrow("SELECT name, engine FROM system.tables WHERE database = 'default'")
-        out["engines"] = dict(zip(engines.column("name").to_pylist(), engines.column("engine").to_pylist()))
+        out["engines"] = dict(
+            zip(engines.column("name").to_pylist(), engines.column("engine").to_pylist(), strict=True)
+        )
 
         cfg = scaled_config(config_mod.load(), 16)
         sim_cfg = SimConfig.from_config(cfg, hours=0.5, seed=3, start_ms=start_ms)

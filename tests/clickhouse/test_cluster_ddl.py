@@ -28,7 +28,7 @@ TABLES = [ddl.table_name(s) for s in ddl.all_ddl()]
 def test_every_table_gets_a_replicated_local_table_and_a_distributed_one():
     rendered = ddl.cluster_ddl("prod", "goodput")
     assert len(rendered) == 2 * len(TABLES)
-    for name, local, dist in zip(TABLES, rendered[0::2], rendered[1::2]):
+    for name, local, dist in zip(TABLES, rendered[0::2], rendered[1::2], strict=True):
         assert local.startswith(f"CREATE TABLE IF NOT EXISTS {name}_local ON CLUSTER prod (")
         engine = re.search(r"ENGINE = (\w+)\('([^']*)', '([^']*)'\)", local)
         assert engine, local
@@ -42,8 +42,8 @@ def test_every_table_gets_a_replicated_local_table_and_a_distributed_one():
 
 
 def test_replicated_engines_keep_the_single_server_engine_family_and_dedup_window():
-    single = dict(zip(TABLES, ddl.all_ddl()))
-    for name, local in zip(TABLES, ddl.cluster_ddl("prod", "goodput")[0::2]):
+    single = dict(zip(TABLES, ddl.all_ddl(), strict=True))
+    for name, local in zip(TABLES, ddl.cluster_ddl("prod", "goodput")[0::2], strict=True):
         replacing = "ENGINE = ReplacingMergeTree" in single[name]
         assert ("ReplicatedReplacingMergeTree(" in local) == replacing, name
         if name in catalog.RAW_TABLES.values():
@@ -56,8 +56,8 @@ def test_replicated_engines_keep_the_single_server_engine_family_and_dedup_windo
 
 
 def test_raw_tables_shard_by_a_leading_order_by_column():
-    for kind, table in catalog.RAW_TABLES.items():
-        statement = dict(zip(TABLES, ddl.all_ddl()))[table]
+    for table in catalog.RAW_TABLES.values():
+        statement = dict(zip(TABLES, ddl.all_ddl(), strict=True))[table]
         order_by = statement.split("ORDER BY (", 1)[1].split(")", 1)[0].split(", ")
         column = ddl.SHARD_KEYS[table].removeprefix("cityHash64(").removesuffix(")")
         assert column in order_by[:2], (table, order_by)

@@ -99,10 +99,11 @@ def test_columnar_insert_reads_back_exactly(store):
 
 def test_query_arrow_maps_clickhouse_types(store):
     got = store.query_arrow(
-        "SELECT toInt8(-1) AS i8, toUInt32(7) AS u32, toInt64(-5) AS i64, toUInt64(18446744073709551615) AS u64, "
+        "SELECT toInt8(-1) AS i8, toUInt32(7) AS u32, toInt64(-5) AS i64, "
+        "toUInt64(18446744073709551615) AS u64, "
         "toFloat32(0.5) AS f32, toFloat64(0.25) AS f64, 'text' AS s, toDate('2026-01-02') AS d, "
-        "toDateTime('2026-01-02 03:04:05', 'UTC') AS ts, [1, 2, 3] AS arr, CAST(NULL AS Nullable(Int64)) AS ni, "
-        "['a', 'b'] AS sarr"
+        "toDateTime('2026-01-02 03:04:05', 'UTC') AS ts, [1, 2, 3] AS arr, "
+        "CAST(NULL AS Nullable(Int64)) AS ni, ['a', 'b'] AS sarr"
     )
     types = {f.name: f.type for f in got.schema}
     assert types["i8"] == pa.int8() and types["u32"] == pa.uint32() and types["i64"] == pa.int64()

@@ -11,8 +11,8 @@ CGROUPS = {
     # cgroup v2, Slurm's cgroup/v2 plugin
     201: "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
     # cgroup v2, kubelet with the systemd driver (dashes of the UID become underscores)
-    202: f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/"
-    "cri-containerd-0123abcd.scope\n",
+    202: "0::/kubepods.slice/kubepods-burstable.slice/"
+    f"kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/cri-containerd-0123abcd.scope\n",
     # cgroup v1, Slurm
     203: "12:memory:/slurm/uid_1000/job_777/step_batch\n11:devices:/slurm/uid_1000/job_777/step_batch\n",
 }

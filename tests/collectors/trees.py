@@ -114,7 +114,8 @@ ETHTOOL = {
     tick: "NIC statistics:\n     rx_packets: 123456\n     tx_packets: 654321\n     rx_pause_ctrl_phy: 0\n"
     + "".join(
         f"     rx_prio{p}_bytes: 0\n     rx_prio{p}_packets: 0\n     rx_prio{p}_pause: {pause}\n"
-        f"     rx_prio{p}_pause_duration: {dur}\n     tx_prio{p}_pause: 0\n     tx_prio{p}_pause_duration: 0\n"
+        f"     rx_prio{p}_pause_duration: {dur}\n     tx_prio{p}_pause: 0\n"
+        f"     tx_prio{p}_pause_duration: 0\n"
         f"     rx_prio{p}_pause_transition: 0\n"
         for p, (pause, dur) in enumerate(prios)
     )
@@ -149,8 +150,10 @@ DISKSTATS = {
 }
 
 PSI = {
-    0: "some avg10=1.29 avg60=0.30 avg300=0.21 total=3194952\nfull avg10=1.14 avg60=0.27 avg300=0.20 total=3043037\n",
-    1: "some avg10=9.00 avg60=2.00 avg300=0.50 total=3444952\nfull avg10=4.00 avg60=1.00 avg300=0.30 total=3143037\n",
+    0: "some avg10=1.29 avg60=0.30 avg300=0.21 total=3194952\n"
+    "full avg10=1.14 avg60=0.27 avg300=0.20 total=3043037\n",
+    1: "some avg10=9.00 avg60=2.00 avg300=0.50 total=3444952\n"
+    "full avg10=4.00 avg60=1.00 avg300=0.30 total=3143037\n",
 }
 
 _NFS_HEAD = """\
@@ -192,13 +195,18 @@ MOUNTSTATS = {
     }.items()
 }
 
-_LUSTRE_HEAD = "snapshot_time             {t}.000000000 secs.nsecs\nstart_time                1700000000.000000000 secs.nsecs\nelapsed_time              {t}.000000000 secs.nsecs\n"
+_LUSTRE_HEAD = (
+    "snapshot_time             {t}.000000000 secs.nsecs\n"
+    "start_time                1700000000.000000000 secs.nsecs\n"
+    "elapsed_time              {t}.000000000 secs.nsecs\n"
+)
 LLITE = {
     tick: _LUSTRE_HEAD.format(t=1700000100 + tick)
     + f"read_bytes                {rc} samples [bytes] 4096 1048576 {rb} 1099511627776\n"
     + f"write_bytes               {wc} samples [bytes] 4096 1048576 {wb} 1099511627776\n"
     + f"read                      {rc} samples [usec] 10 5000 {rus} 123456789\n"
-    + "open                      12 samples [usec] 1 10 30 120\nclose                     12 samples [usec] 1 10 30 120\n"
+    + "open                      12 samples [usec] 1 10 30 120\n"
+    + "close                     12 samples [usec] 1 10 30 120\n"
     + "getattr                   200 samples [usec] 1 10 300 1200\n"
     for tick, (rc, rb, wc, wb, rus) in {
         0: (1000, 500 << 20, 200, 100 << 20, 200000),

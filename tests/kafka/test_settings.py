@@ -1,4 +1,5 @@
-"""KafkaSettings: the config table is validated, secrets come only from the environment, and a\nclient that cannot reach its brokers says which ones."""
+"""KafkaSettings: the config table is validated, secrets come only from the environment, and a
+client that cannot reach its brokers says which ones."""
 
 import logging
 

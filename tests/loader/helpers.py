@@ -300,4 +300,4 @@ def raw_counts(store, final: bool = True) -> Counter:
 def ledger_keys(store) -> list[tuple[str, str, int]]:
     """(node, kind, seq) of every stored batch, repeats included."""
     t = store.query_arrow("SELECT node, kind, seq FROM ingested_batches")
-    return list(zip(*(t.column(c).to_pylist() for c in ("node", "kind", "seq"))))
+    return list(zip(*(t.column(c).to_pylist() for c in ("node", "kind", "seq")), strict=True))

@@ -202,7 +202,8 @@ def run(kafka_broker, tmp_path_factory):
     producer = Producer(kafka_broker.bootstrap, prefix)
     good_sends = [(kind, node, value) for kind, node, value, _rows in first]
     bad_sends = [(kind, NODE, value) for _case, kind, _reason, value in bad]
-    for pair in zip(good_sends, bad_sends):  # interleaved: every poll holds both
+    # interleaved, so every poll holds both; the longer list's tail is sent below
+    for pair in zip(good_sends, bad_sends, strict=False):
         producer.send_all(pair)
     producer.send_all(
         good_sends[len(bad_sends) :] + bad_sends[len(good_sends) :] + [("gpu", NODES[0], duplicate[3])]
@@ -254,7 +255,13 @@ def test_every_good_row_lands_exactly_once(run):
 
 def test_every_bad_message_is_a_dead_letter_with_its_reason(run):
     t = run["store"].query_arrow("SELECT reason, hex(raw) AS raw, detail, source FROM dead_letters")
-    got = dict(zip((bytes.fromhex(h) for h in t.column("raw").to_pylist()), t.column("reason").to_pylist()))
+    got = dict(
+        zip(
+            (bytes.fromhex(h) for h in t.column("raw").to_pylist()),
+            t.column("reason").to_pylist(),
+            strict=True,
+        )
+    )
     wrong = {
         case: (reason, got.get(value)) for case, _k, reason, value in run["bad"] if got.get(value) != reason
     }

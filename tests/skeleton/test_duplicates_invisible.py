@@ -14,7 +14,7 @@ def _totals(store) -> dict[str, float]:
     t = pl.from_arrow(
         store.query_arrow("SELECT category, sum(gpu_seconds) AS s FROM goodput_windows GROUP BY category")
     )
-    return dict(zip(t["category"], t["s"]))
+    return dict(zip(t["category"], t["s"], strict=True))
 
 
 def test_duplicated_raw_rows_do_not_change_the_classification(tmp_path):

@@ -41,7 +41,8 @@ class Watch:
         return [(r["event"], r["attempt"]) for r in self.events(job_id)]
 
     def wait(self, job_id: str, event: str, attempt: int = 1, timeout: float = 30.0) -> dict:
-        """Polls until `job_id` emitted `event` for `attempt`; returns that row, or fails with what was seen."""
+        """Polls until `job_id` emitted `event` for `attempt`; returns that row, or fails with what
+        was seen."""
         deadline = time.monotonic() + timeout
         while True:
             self.poll()
