@@ -24,7 +24,6 @@ shared store, another loader may have stored their latest batches.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -46,10 +45,6 @@ from transport.kafka import KafkaConsumerTransport, KafkaSettings
 
 log = logging.getLogger("goodput.loader.service")
 
-TEST_KILL_ENV = "GOODPUT_TEST_KILL_BEFORE_COMMIT"
-"""Test hook: with this set to N, the process SIGKILLs itself after its N-th load returned and before
-that load's offsets are committed — the window a crash test must hit (tests/loader/test_crash.py).
-Nothing else reads it; never set it in production."""
 UNASSIGNED_WARN_S = 30.0
 """How long the loader may own no partition before it says so (and again every this many seconds)."""
 _T = TypeVar("_T")
@@ -146,9 +141,6 @@ class LoaderService:
         self._lag_at = -float("inf")
         self._consumed_since_lag = 0
         self._next_analyze = clock() + self.analyze_every_s
-        self._loads = 0
-        kill = os.environ.get(TEST_KILL_ENV)
-        self._kill_before_commit = int(kill) if kill else None
 
     # ---- the loop ----
 
@@ -234,12 +226,6 @@ class LoaderService:
             return False
         self._pending = _Pending([])
         self.metrics.loaded(stats, Counter(r.topic for r in records))
-        self._loads += 1
-        if self._loads == self._kill_before_commit:
-            log.warning(
-                "%s=%d: killing this process between load and commit (test hook)", TEST_KILL_ENV, self._loads
-            )
-            os.kill(os.getpid(), signal.SIGKILL)
         try:
             self._consumer.commit(records)
         except TransportError as e:
