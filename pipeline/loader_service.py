@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from prometheus_client import CollectorRegistry
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from contracts import catalog
 from contracts.config import Config
@@ -239,17 +240,29 @@ class LoaderService:
     def _retry(
         self, what: str, errors: type[Exception], fn: Callable[[], _T], metric: str, operation: str
     ) -> _T | None:
-        """fn() until it succeeds, backing off exponentially; None if `stop` was set meanwhile."""
-        delay = self.lc.retry_backoff_s
-        while True:
-            try:
-                return fn()
-            except errors as e:
-                self.metrics.failed(metric, operation)
-                log.error("could not %s: %s; retrying in %.1f s", what, e, delay)
-            if self.stop.wait(delay):
+        """fn() until it succeeds, backing off from retry_backoff_s, doubling up to retry_backoff_max_s;
+        None if `stop` was set meanwhile (the backoff ends at once and fn is not called again)."""
+
+        def failed(state: RetryCallState) -> None:
+            self.metrics.failed(metric, operation)
+            log.error(
+                "could not %s: %s; retrying in %.1f s",
+                what,
+                state.outcome.exception(),
+                state.next_action.sleep,
+            )
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(errors),
+            wait=wait_exponential(multiplier=self.lc.retry_backoff_s, max=self.lc.retry_backoff_max_s),
+            sleep=self.stop.wait,
+            before_sleep=failed,
+        )
+        for attempt in retrying:
+            if attempt.retry_state.attempt_number > 1 and self.stop.is_set():
                 return None
-            delay = min(2 * delay, self.lc.retry_backoff_max_s)
+            with attempt:
+                return fn()
 
     # ---- group membership, lag, progress ----
 
