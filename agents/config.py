@@ -60,8 +60,6 @@ class AgentConfig:
     nfs_mounts: tuple[str, ...] = ()
     """Mount points to report; empty: every NFS mount."""
     disk_exclude: str = DEFAULT_EXCLUDE
-    nvml_module: str = "pynvml"
-    """Python module implementing the pynvml API (nvidia-ml-py's `pynvml`)."""
     pfc_netdevs: dict[str, str] = field(default_factory=dict)
     """RDMA device -> netdev whose PFC counters `ethtool -S` reads (RoCE only; empty: never run ethtool)."""
     job_file: str = ""

@@ -21,17 +21,28 @@ start-up) is retried with backoff while batches keep accumulating in the spool.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 import threading
 import time
 from typing import Callable, Protocol
 
+from tenacity import Retrying, retry_if_result, wait_exponential
+
 from agents.spool import Spool, SpoolEntry
 from transport.base import TransportError
 from transport.kafka import KafkaSendError
 
 log = logging.getLogger(__name__)
+
+
+class _Round(enum.Enum):
+    """How one round of the sender's loop ended."""
+
+    NEXT = "go on"
+    FAILED = "back off, then go on"
+    DONE = "stop sending"
 
 
 class SendMetrics(Protocol):
@@ -109,26 +120,36 @@ class SpoolSender:
     # ---------------------------------------------------------------- loop
 
     def _loop(self) -> None:
-        backoff = self.backoff_s
+        """Rounds until stopped. A round that failed (no producer, or Kafka did not take the whole
+        window) is repeated after a backoff from backoff_s, doubling up to backoff_max_s; a stop cuts
+        the backoff short. Any other round starts the backoff over."""
+        retrying = Retrying(
+            retry=retry_if_result(lambda r: r is _Round.FAILED),
+            wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
+            stop=lambda _state: self._out_of_time(),
+            sleep=self._interruptible_sleep,
+            retry_error_callback=lambda _state: _Round.DONE,
+        )
         while not self._out_of_time():
-            if self._producer is None and not self._connect():
-                if self._stop.is_set():
-                    return
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.backoff_max_s)
-                continue
-            entries = list(itertools.islice(self.spool.replay(), self.window))
-            if not entries:
-                if self._stop.is_set():
-                    return
-                self._wake.wait(1.0)
-                self._wake.clear()
-                continue
-            if self.send_window(entries) == len(entries):
-                backoff = self.backoff_s
-            elif not self._out_of_time():
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.backoff_max_s)
+            if retrying(self._round) is _Round.DONE:
+                return
+
+    def _interruptible_sleep(self, seconds: float) -> None:
+        """tenacity's sleep: a stop cuts the backoff short."""
+        self._stop.wait(seconds)
+
+    def _round(self) -> _Round:
+        """Connects if need be, then sends the next window from the spool or waits for one."""
+        if self._producer is None and not self._connect():
+            return _Round.DONE if self._stop.is_set() else _Round.FAILED
+        entries = list(itertools.islice(self.spool.replay(), self.window))
+        if not entries:
+            if self._stop.is_set():
+                return _Round.DONE
+            self._wake.wait(1.0)
+            self._wake.clear()
+            return _Round.NEXT
+        return _Round.NEXT if self.send_window(entries) == len(entries) else _Round.FAILED
 
     def _connect(self) -> bool:
         try:

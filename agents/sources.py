@@ -9,7 +9,6 @@ like an idle node on the dashboards.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from pathlib import Path
 from typing import Callable
@@ -23,13 +22,7 @@ log = logging.getLogger(__name__)
 def _nvml(cfg: AgentConfig) -> Collector:
     from collectors.nvml import NvmlCollector
 
-    try:
-        module = importlib.import_module(cfg.nvml_module)
-    except ImportError as e:
-        raise CollectorUnavailable(
-            f"NVML binding {cfg.nvml_module!r} cannot be imported ({e}); install nvidia-ml-py"
-        ) from e
-    return NvmlCollector(module, proc_root=cfg.proc_root)
+    return NvmlCollector(proc_root=cfg.proc_root)
 
 
 def _rdma(cfg: AgentConfig) -> Collector:

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.agents.harness import FixtureNode  # noqa: E402
+from tests.agents.harness import PYNVML_SHIM, FixtureNode, agent_pythonpath  # noqa: E402
 from tests.fixtures import kafka_dist  # noqa: E402
 from tests.fixtures.kafka import KafkaBroker  # noqa: E402
 from tests.fixtures.server_process import free_ports  # noqa: E402
@@ -33,7 +33,7 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 IMPORTS = (
     "import agents.daemon, agents.sources, agents.metrics, transport.kafka, kafka, "
     "prometheus_client, collectors.nvml, collectors.rdma, collectors.lustre, collectors.nfs, "
-    "collectors.diskstats, collectors.psi, collectors.steps, tests.agents.fake_nvml_module, time; "
+    "collectors.diskstats, collectors.psi, collectors.steps, pynvml, time; "
     "time.sleep(30)"
 )
 
@@ -53,7 +53,7 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 
 def baseline_rss_kib() -> int:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=agent_pythonpath())
     proc = subprocess.Popen([sys.executable, "-c", IMPORTS], cwd=ROOT, env=env)
     try:
         time.sleep(8)
@@ -70,6 +70,7 @@ def collectors_alone_pct(config: Path, ticks: int = 200) -> float:
     from agents.sources import build_collectors
 
     os.environ.setdefault("GOODPUT_FAKE_GPUS", "8")
+    sys.path.insert(0, str(PYNVML_SHIM))  # this process's `import pynvml` gets the fake too
     collectors, _ = build_collectors(load_agent(config))
     now = 1_700_000_000_000
     for c in collectors:

@@ -242,14 +242,11 @@ def table_name(statement: str) -> str:
     return statement.split("EXISTS ", 1)[1].split(" ", 1)[0]
 
 
-def cluster_ddl(
-    cluster: str, database: str, *, replicated: bool = True, on_cluster: bool = True
-) -> list[str]:
-    """The schema for a sharded cluster: per table a local table `<name>_local` and a Distributed table
-    `<name>` over it. `replicated` picks Replicated*MergeTree engines (Keeper paths from the server
-    macros); `on_cluster` adds ON CLUSTER so one statement creates the table on every host. Both are on
-    in production; tests turn them off to have an engine without Keeper accept the rest."""
-    on = f" ON CLUSTER {cluster}" if on_cluster else ""
+def cluster_ddl(cluster: str, database: str) -> list[str]:
+    """The schema for a sharded cluster: per table a replicated local table `<name>_local`
+    (Replicated*MergeTree, Keeper paths from the server macros) and a Distributed table `<name>` over it,
+    each created ON CLUSTER so one statement creates the table on every host."""
+    on = f" ON CLUSTER {cluster}"
     out = []
     for statement in all_ddl():
         name = table_name(statement)
@@ -260,18 +257,15 @@ def cluster_ddl(
         if not statement.startswith(head):
             raise ValueError(f"cannot render {name} for a cluster: its DDL does not start with {head!r}")
         local_ddl = f"CREATE TABLE IF NOT EXISTS {local}{on} " + statement[len(head) :]
-        if replicated:
-            local_ddl, n = _ENGINE.subn(
-                lambda m: f"ENGINE = Replicated{m[1]}('{REPLICA_PATH}', '{{replica}}')", local_ddl
-            )
-            if n != 1:
-                raise ValueError(
-                    f"cannot render {name} for a cluster: expected one MergeTree engine, found {n}"
-                )
-            # Replicated tables deduplicate inserts natively, over this many recent blocks.
-            local_ddl = local_ddl.replace(
-                "non_replicated_deduplication_window", "replicated_deduplication_window"
-            )
+        local_ddl, n = _ENGINE.subn(
+            lambda m: f"ENGINE = Replicated{m[1]}('{REPLICA_PATH}', '{{replica}}')", local_ddl
+        )
+        if n != 1:
+            raise ValueError(f"cannot render {name} for a cluster: expected one MergeTree engine, found {n}")
+        # Replicated tables deduplicate inserts natively, over this many recent blocks.
+        local_ddl = local_ddl.replace(
+            "non_replicated_deduplication_window", "replicated_deduplication_window"
+        )
         out.append(local_ddl)
         out.append(
             f"CREATE TABLE IF NOT EXISTS {name}{on} AS {database}.{local}\n"
@@ -286,14 +280,11 @@ def delete_target(store: Store, name: str) -> str | None:
     None on one server: the catalog table itself, so those statements stay as they are. On the cluster
     layout (a store with a `cluster`, as `migrate` reads it) `<name>_local ON CLUSTER <cluster>`: the
     Distributed table under the catalog name refuses DELETE, and its TRUNCATE empties nothing on the
-    shards; reads and inserts keep the catalog name. A store whose engine is the whole cluster and has no
-    Keeper sets `on_cluster = False` and gets the bare local table, as `cluster_ddl(on_cluster=False)`
-    renders the DDL for it (the chDB cluster of tests/clickhouse)."""
+    shards; reads and inserts keep the catalog name."""
     cluster = getattr(store, "cluster", None)
     if cluster is None:
         return None
-    on = f" ON CLUSTER {cluster}" if getattr(store, "on_cluster", True) else ""
-    return f"{name}{LOCAL_SUFFIX}{on}"
+    return f"{name}{LOCAL_SUFFIX} ON CLUSTER {cluster}"
 
 
 def migrate(store: Store) -> int:

@@ -24,7 +24,6 @@ shared store, another loader may have stored their latest batches.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from prometheus_client import CollectorRegistry
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from contracts import catalog
 from contracts.config import Config
@@ -46,10 +46,6 @@ from transport.kafka import KafkaConsumerTransport, KafkaSettings
 
 log = logging.getLogger("goodput.loader.service")
 
-TEST_KILL_ENV = "GOODPUT_TEST_KILL_BEFORE_COMMIT"
-"""Test hook: with this set to N, the process SIGKILLs itself after its N-th load returned and before
-that load's offsets are committed — the window a crash test must hit (tests/loader/test_crash.py).
-Nothing else reads it; never set it in production."""
 UNASSIGNED_WARN_S = 30.0
 """How long the loader may own no partition before it says so (and again every this many seconds)."""
 _T = TypeVar("_T")
@@ -146,9 +142,6 @@ class LoaderService:
         self._lag_at = -float("inf")
         self._consumed_since_lag = 0
         self._next_analyze = clock() + self.analyze_every_s
-        self._loads = 0
-        kill = os.environ.get(TEST_KILL_ENV)
-        self._kill_before_commit = int(kill) if kill else None
 
     # ---- the loop ----
 
@@ -235,12 +228,6 @@ class LoaderService:
             return False
         self._pending = _Pending([])
         self.metrics.loaded(stats, Counter(r.topic for r in records))
-        self._loads += 1
-        if self._loads == self._kill_before_commit:
-            log.warning(
-                "%s=%d: killing this process between load and commit (test hook)", TEST_KILL_ENV, self._loads
-            )
-            os.kill(os.getpid(), signal.SIGKILL)
         assert self._consumer is not None  # run() connected before polling
         try:
             self._consumer.commit(records)
@@ -255,17 +242,33 @@ class LoaderService:
     def _retry(
         self, what: str, errors: type[Exception], fn: Callable[[], _T], metric: str, operation: str
     ) -> _T | None:
-        """fn() until it succeeds, backing off exponentially; None if `stop` was set meanwhile."""
-        delay = self.lc.retry_backoff_s
-        while True:
-            try:
-                return fn()
-            except errors as e:
-                self.metrics.failed(metric, operation)
-                log.error("could not %s: %s; retrying in %.1f s", what, e, delay)
-            if self.stop.wait(delay):
+        """fn() until it succeeds, backing off from retry_backoff_s, doubling up to retry_backoff_max_s;
+        None if `stop` was set meanwhile (the backoff ends at once and fn is not called again)."""
+
+        def failed(state: RetryCallState) -> None:
+            self.metrics.failed(metric, operation)
+            log.error(
+                "could not %s: %s; retrying in %.1f s",
+                what,
+                state.outcome and state.outcome.exception(),
+                state.next_action.sleep if state.next_action else 0.0,
+            )
+
+        def interruptible_sleep(seconds: float) -> None:
+            self.stop.wait(seconds)
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(errors),
+            wait=wait_exponential(multiplier=self.lc.retry_backoff_s, max=self.lc.retry_backoff_max_s),
+            sleep=interruptible_sleep,
+            before_sleep=failed,
+        )
+        for attempt in retrying:
+            if attempt.retry_state.attempt_number > 1 and self.stop.is_set():
                 return None
-            delay = min(2 * delay, self.lc.retry_backoff_max_s)
+            with attempt:
+                return fn()
+        return None  # not reached: without a stop condition, Retrying ends only by fn() returning
 
     # ---- group membership, lag, progress ----
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from contracts.config import ConfigError
 from pipeline.store import StoreError, first_line
@@ -71,6 +72,11 @@ TRANSIENT_CODES = {
 
 class StoreVersionError(StoreError):
     """The server is too old for what was asked of it."""
+
+
+class _Transient(Exception):
+    """A failure after which the same statement may succeed; `_call` retries it. Its text says what
+    failed, for the log line and the final StoreError."""
 
 
 @dataclass(frozen=True)
@@ -316,67 +322,80 @@ class ServerStore:
     def _call(self, sql: str, run, retry_after_send: bool = True):
         """Runs `run(sql)`, retrying transient failures; raises StoreError naming what to check.
         With `retry_after_send` off, only failures before the statement was sent are retried."""
-        from clickhouse_driver import errors
-
         started = time.monotonic()
         attempts = self.config.retries + 1
-        for attempt in range(1, attempts + 1):
-            sent = False
-            try:
-                if not retry_after_send:
-                    conn = self._client.connection
-                    if not conn.connected or not conn.ping():
-                        conn.connect()  # a failure here means nothing was sent
-                sent = True
-                return run(sql)
-            except errors.ServerException as e:
-                if e.code in AUTH_CODES:
-                    raise self._auth_error(e) from None
-                if e.code == UNKNOWN_DATABASE and "atabase" in str(e.message):
-                    raise StoreError(
-                        f"ClickHouse at {self.address}: {_server_message(e)}. Create it "
-                        f"(CREATE DATABASE {self.database}) or fix [store.server].database"
-                    ) from None
-                if e.code not in TRANSIENT_CODES:
-                    raise StoreError(
-                        f"ClickHouse at {self.address} refused [{first_line(sql)}]: "
-                        f"{_server_message(e)} (code {e.code})"
-                    ) from None
-                last = f"{TRANSIENT_CODES[e.code]}: {_server_message(e)}"
-                if e.code == UNKNOWN_STATUS_OF_INSERT and not retry_after_send:
-                    raise self._ambiguous(sql, last) from None
-            except (errors.NetworkError, errors.SocketTimeoutError, EOFError, OSError) as e:
-                if _is_tls_failure(e):
-                    raise StoreError(
-                        f"TLS with ClickHouse at {self.address} failed: {e}. Check [store.server].secure "
-                        f"(the server's TLS port, 9440 by default), ca_certs (the CA that signed the "
-                        f"server's certificate) and verify"
-                    ) from None
-                last = f"{type(e).__name__}: {e}"
-                if sent and not retry_after_send:
-                    raise self._ambiguous(sql, last) from None
-            except errors.Error as e:  # client side: a value that does not fit the column, ...
+
+        def retrying(state: RetryCallState) -> None:
+            log.warning(
+                "ClickHouse at %s: [%s] failed (%s); retry %d of %d in %.1f s",
+                self.address,
+                first_line(sql)[:60],
+                state.outcome and state.outcome.exception(),
+                state.attempt_number,
+                self.config.retries,
+                state.next_action.sleep if state.next_action else 0.0,
+            )
+
+        try:
+            return Retrying(
+                retry=retry_if_exception_type(_Transient),
+                stop=stop_after_attempt(attempts),
+                wait=wait_exponential(multiplier=BACKOFF_FIRST_S, max=BACKOFF_MAX_S),
+                before_sleep=retrying,
+                reraise=True,
+            )(self._attempt, sql, run, retry_after_send)
+        except _Transient as last:
+            raise StoreError(
+                f"ClickHouse at {self.address} did not answer [{first_line(sql)}] after {attempts} attempts "
+                f"over {time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs "
+                f"and listens there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its "
+                f"error log (clickhouse-server.err.log). Nothing was committed, so retrying the same load is "
+                f"safe"
+            ) from None
+
+    def _attempt(self, sql: str, run, retry_after_send: bool):
+        """One try of `_call`: raises _Transient for what may succeed when tried again, StoreError for
+        what will not."""
+        from clickhouse_driver import errors
+
+        sent = False
+        try:
+            if not retry_after_send:
+                conn = self._client.connection
+                if not conn.connected or not conn.ping():
+                    conn.connect()  # a failure here means nothing was sent
+            sent = True
+            return run(sql)
+        except errors.ServerException as e:
+            if e.code in AUTH_CODES:
+                raise self._auth_error(e) from None
+            if e.code == UNKNOWN_DATABASE and "atabase" in str(e.message):
                 raise StoreError(
-                    f"ClickHouse client error for {self.address} [{first_line(sql)}]: {e}"
+                    f"ClickHouse at {self.address}: {_server_message(e)}. Create it "
+                    f"(CREATE DATABASE {self.database}) or fix [store.server].database"
                 ) from None
-            if attempt < attempts:
-                delay = min(BACKOFF_FIRST_S * 2 ** (attempt - 1), BACKOFF_MAX_S)
-                log.warning(
-                    "ClickHouse at %s: [%s] failed (%s); retry %d of %d in %.1f s",
-                    self.address,
-                    first_line(sql)[:60],
-                    last,
-                    attempt,
-                    self.config.retries,
-                    delay,
-                )
-                time.sleep(delay)
-        raise StoreError(
-            f"ClickHouse at {self.address} did not answer [{first_line(sql)}] after {attempts} attempts over "
-            f"{time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs and "
-            f"listens there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its error log "
-            f"(clickhouse-server.err.log). Nothing was committed, so retrying the same load is safe"
-        )
+            if e.code not in TRANSIENT_CODES:
+                raise StoreError(
+                    f"ClickHouse at {self.address} refused [{first_line(sql)}]: "
+                    f"{_server_message(e)} (code {e.code})"
+                ) from None
+            last = f"{TRANSIENT_CODES[e.code]}: {_server_message(e)}"
+            if e.code == UNKNOWN_STATUS_OF_INSERT and not retry_after_send:
+                raise self._ambiguous(sql, last) from None
+            raise _Transient(last) from None
+        except (errors.NetworkError, errors.SocketTimeoutError, EOFError, OSError) as e:
+            if _is_tls_failure(e):
+                raise StoreError(
+                    f"TLS with ClickHouse at {self.address} failed: {e}. Check [store.server].secure (the "
+                    f"server's TLS port, 9440 by default), ca_certs (the CA that signed the server's "
+                    f"certificate) and verify"
+                ) from None
+            last = f"{type(e).__name__}: {e}"
+            if sent and not retry_after_send:
+                raise self._ambiguous(sql, last) from None
+            raise _Transient(last) from None
+        except errors.Error as e:  # client side: a value that does not fit the column, ...
+            raise StoreError(f"ClickHouse client error for {self.address} [{first_line(sql)}]: {e}") from None
 
     def _ambiguous(self, sql: str, what: str) -> StoreError:
         return StoreError(

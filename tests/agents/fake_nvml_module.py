@@ -1,9 +1,8 @@
-"""A module-shaped fake NVML for agent processes: `[agent] nvml_module = "tests.agents.fake_nvml_module"`.
+"""A module-shaped fake NVML for agent processes, which import it as `pynvml` (tests/agents/pynvml_shim/).
 
-The agent imports its NVML binding by module name, so a test can run the real agent (real
-NvmlCollector, real process) on a machine without GPUs. This module is the fake pynvml of the
-collector tests (tests/collectors/fake_pynvml.py, which answers with the real module's error codes)
-over `GOODPUT_FAKE_GPUS` (default 8) typical busy H100s.
+A test can so run the real agent (real NvmlCollector, real process) on a machine without GPUs. This
+module is the fake pynvml of the collector tests (tests/collectors/fake_pynvml.py, which answers with
+the real module's error codes) over `GOODPUT_FAKE_GPUS` (default 8) typical busy H100s.
 """
 
 from __future__ import annotations

@@ -28,6 +28,13 @@ from transport.kafka import KafkaConsumerTransport, ensure_topics
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "gpu-t-001"
 NODE_KINDS = ("gpu", "nic", "storage")
+PYNVML_SHIM = Path(__file__).resolve().parent / "pynvml_shim"
+
+
+def agent_pythonpath() -> str:
+    """PYTHONPATH of an agent process under test: the fake NVML as `pynvml` ahead of nvidia-ml-py,
+    then this checkout."""
+    return os.pathsep.join((str(PYNVML_SHIM), str(ROOT)))
 
 
 def free_port() -> int:
@@ -87,7 +94,6 @@ collectors = ["nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps"]
 sys_root = "{root / "node" / "sys"}"
 proc_root = "{root / "node" / "proc"}"
 lustre_roots = ["{root / "node" / "lustre"}"]
-nvml_module = "tests.agents.fake_nvml_module"
 log_format = "json"
 shutdown_timeout_s = 10.0
 {extra_agent}
@@ -101,7 +107,7 @@ storage = {interval_s}
     # ------------------------------------------------------------ the agent process
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), GOODPUT_FAKE_GPUS=str(self.gpus))
+        env = dict(os.environ, PYTHONPATH=agent_pythonpath(), GOODPUT_FAKE_GPUS=str(self.gpus))
         env.pop("GOODPUT_KAFKA_BOOTSTRAP", None)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(

@@ -6,14 +6,16 @@ must equal. START_MS is given by the caller so that both runs cover the same ran
 Why chDB and a subprocess: no Keeper and no ClickHouse >= 23.8 server run here, but chDB is the real
 engine, and started with a config file that declares a one-shard cluster whose only replica is this
 process, it accepts the local tables and the Distributed tables over them and runs queries through
-them. Replicated engines and ON CLUSTER need Keeper, so the statements are rendered without those two
-(`cluster_ddl(..., replicated=False, on_cluster=False)`); their text is checked in test_cluster_ddl.py.
-chDB allows one embedded engine per process, hence the subprocess (the other tests hold their own).
+them. Replicated engines and ON CLUSTER need Keeper, so the store below rewrites every statement it
+runs without those two (`without_keeper`): production code renders and issues the real cluster
+statements, whose text is checked in test_cluster_ddl.py. chDB allows one embedded engine per process,
+hence the subprocess (the other tests hold their own).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +30,19 @@ CONFIG = f"""<clickhouse>
 """
 """tcp_port equal to the replica's port makes the engine treat the replica as itself: nothing is sent
 over the network (chDB has no TCP server)."""
+_REPLICATED = re.compile(r"ENGINE = Replicated(\w*MergeTree)\('[^']*', '[^']*'\)")
+
+
+def without_keeper(sql: str) -> str:
+    """A cluster statement as an engine without Keeper takes it: no ON CLUSTER (this process is the
+    whole cluster), and each Replicated engine as its single-server family with that family's insert
+    deduplication window."""
+    sql = sql.replace(f" ON CLUSTER {CLUSTER}", "")
+    sql, n = _REPLICATED.subn(r"ENGINE = \1", sql)
+    if n:
+        sql = re.sub(r"\breplicated_deduplication_window", "non_replicated_deduplication_window", sql)
+    return sql
+
 
 DERIVED = {
     "dim_nodes": "SELECT * FROM dim_nodes ORDER BY node",
@@ -64,15 +79,19 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
     from transport.base import Record
 
     class ClusterChdb(ChdbStore):
-        """ChdbStore's statements over a chDB engine started with the cluster config above."""
+        """ChdbStore's statements over a chDB engine started with the cluster config above, each
+        rewritten by `without_keeper`."""
 
         cluster = CLUSTER
-        on_cluster = False  # no Keeper: deletes name the local tables without ON CLUSTER (ddl.delete_target)
+        database = "default"
 
         def __init__(self, path: Path, config_file: Path) -> None:
             self.path = path
             self._lock_file = open(path / self.LOCK_NAME, "a+")
             self._session = session.Session(f"{path}?config-file={config_file}")
+
+        def _run(self, sql: str, fmt: str):
+            return super()._run(without_keeper(sql), fmt)
 
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.xml").write_text(CONFIG)
@@ -85,11 +104,7 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
         return store.query_arrow(sql).column("n")[0].as_py()
 
     try:
-        if single:
-            ddl.migrate(store)
-        else:
-            for statement in ddl.cluster_ddl(CLUSTER, "default", replicated=False, on_cluster=False):
-                store.execute(statement)
+        ddl.migrate(store)
         engines = store.query_arrow("SELECT name, engine FROM system.tables WHERE database = 'default'")
         out["engines"] = dict(
             zip(engines.column("name").to_pylist(), engines.column("engine").to_pylist(), strict=True)

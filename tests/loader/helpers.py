@@ -252,13 +252,21 @@ def metric_sum(metrics: dict, name: str, **labels) -> float:
 
 
 class LoaderProcess:
-    """`goodput ingest --config FILE` as a child process, as systemd would run it."""
+    """`goodput ingest --config FILE` as a child process, as systemd would run it. `command` replaces
+    the `goodput` executable (e.g. a wrapper module under tests/ that runs the same CLI)."""
 
-    def __init__(self, config: Path, *args: str, env: dict | None = None, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        *args: str,
+        env: dict | None = None,
+        log: Path | None = None,
+        command: tuple[str, ...] = (GOODPUT,),
+    ) -> None:
         self.log_path = log or config.with_suffix(".log")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [GOODPUT, "-v", "ingest", "--config", str(config), *args],
+            [*command, "-v", "ingest", "--config", str(config), *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -2,18 +2,18 @@
 inserted, offsets not yet committed — and restarted: the counts stay exact, and the records Kafka
 delivers again are recognised as stored (not dead-lettered as duplicates).
 
-The window is hit deterministically by the service's test hook (pipeline.loader_service.TEST_KILL_ENV):
-the process kills itself after its N-th load returned, before committing it."""
+The window is hit deterministically by running the command through tests/loader/kill_before_commit.py,
+which kills the process at its N-th commit, after that load returned."""
 
 from __future__ import annotations
 
 import re
 import signal
+import sys
 
 import pytest
 
 from pipeline.chdb_store import ChdbStore
-from pipeline.loader_service import TEST_KILL_ENV
 from tests.loader.helpers import (
     LoaderProcess,
     Producer,
@@ -43,9 +43,14 @@ def test_sigkill_between_insert_and_commit_then_restart_is_exact(kafka_broker, t
     producer.send_all(sent)
     producer.close()
 
-    crashed = LoaderProcess(config, "--until-caught-up", env={TEST_KILL_ENV: "3"}, log=tmp_path / "crash.log")
+    crashed = LoaderProcess(
+        config,
+        "--until-caught-up",
+        log=tmp_path / "crash.log",
+        command=(sys.executable, "-m", "tests.loader.kill_before_commit", "3"),
+    )
     assert crashed.wait() == -signal.SIGKILL, crashed.log()[-3000:]
-    assert "test hook" in crashed.log()
+    assert "SIGKILL before commit 3" in crashed.log()
     with ChdbStore(store_dir) as store:
         stored_before = sum(raw_counts(store, final=False).values())
         batches_before = len(ledger_keys(store))
