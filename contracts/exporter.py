@@ -7,10 +7,11 @@ objects on a private registry (so several daemons in one test process do not col
 GPU node.
 
 The daemon code reaches its metrics as attributes of a frozen dataclass that it writes out, one field
-per catalog entry (`m.agent_batches_sent`), not by string keys: a misspelt attribute is caught by a type
-checker and fails on the first line that runs it, where a misspelt key failed only on the path that
-used it. `declare` refuses a class whose fields differ from the catalog, and tests/test_metric_series.py
-checks the field types too.
+per catalog entry (`m.agent_batches_sent`), not by string keys: a type checker reports a misspelt
+attribute before anything runs (mypy: `has no attribute "agent_batches_snet"; maybe
+"agent_batches_sent"?`), where a misspelt key failed only at run time, on the path that used it.
+`declare` refuses a class whose fields differ from the catalog, and tests/test_metric_series.py checks
+the field types too.
 """
 
 from __future__ import annotations
