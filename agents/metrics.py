@@ -13,9 +13,10 @@ nothing between scrapes. The GPU series also carry `Hostname`, as dcgm-exporter'
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Iterable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collectors.base import Row
@@ -81,6 +82,23 @@ class SampleExporter:
                 yield family
 
 
+@dataclass(frozen=True)
+class AgentSelfSeries:
+    """contracts.catalog.AGENT_SELF_METRICS as attributes (contracts.exporter.attribute names them)."""
+
+    collector_success: Gauge
+    collector_duration_seconds: Gauge
+    collector_rows: Gauge
+    agent_batches_sent: Counter
+    agent_send_errors: Counter
+    agent_spool_bytes: Gauge
+    agent_spool_batches: Gauge
+    agent_spool_dropped_batches: Counter
+    agent_spool_replayed_batches: Counter
+    agent_last_send_timestamp_seconds: Gauge
+    agent_step_events_rejected: Counter
+
+
 class AgentMetrics(MetricsEndpoint):
     """Self metrics (contracts.catalog.AGENT_SELF_METRICS) and the sample exporter, on one registry."""
 
@@ -88,35 +106,35 @@ class AgentMetrics(MetricsEndpoint):
         super().__init__(CollectorRegistry(auto_describe=True))
         self.samples = SampleExporter(node)
         self.registry.register(self.samples)
-        self.m = declare(AGENT_SELF_METRICS, self.registry)
+        self.m = declare(AgentSelfSeries, AGENT_SELF_METRICS, self.registry)
 
     # ------------------------------------------------------------ what the agent reports
 
     def collector_ran(self, collector: str, ok: bool, seconds: float, rows: int) -> None:
-        self.m["goodput_collector_success"].labels(collector).set(1 if ok else 0)
-        self.m["goodput_collector_duration_seconds"].labels(collector).set(seconds)
-        self.m["goodput_collector_rows"].labels(collector).set(rows)
+        self.m.collector_success.labels(collector).set(1 if ok else 0)
+        self.m.collector_duration_seconds.labels(collector).set(seconds)
+        self.m.collector_rows.labels(collector).set(rows)
 
     def delivered(self, entries, replayed: int, now_s: float) -> None:
         for e in entries:
-            self.m["goodput_agent_batches_sent_total"].labels(_kind(e.topic)).inc()
+            self.m.agent_batches_sent.labels(_kind(e.topic)).inc()
         if replayed:
-            self.m["goodput_agent_spool_replayed_batches_total"].inc(replayed)
-        self.m["goodput_agent_last_send_timestamp_seconds"].set(now_s)
+            self.m.agent_spool_replayed_batches.inc(replayed)
+        self.m.agent_last_send_timestamp_seconds.set(now_s)
 
     def failed(self, entries) -> None:
         for e in entries:
-            self.m["goodput_agent_send_errors_total"].labels(_kind(e.topic)).inc()
+            self.m.agent_send_errors.labels(_kind(e.topic)).inc()
 
     def spool(self, stats, dropped_since_last: int) -> None:
-        self.m["goodput_agent_spool_bytes"].set(stats.bytes)
-        self.m["goodput_agent_spool_batches"].set(stats.batches)
+        self.m.agent_spool_bytes.set(stats.bytes)
+        self.m.agent_spool_batches.set(stats.batches)
         if dropped_since_last:
-            self.m["goodput_agent_spool_dropped_batches_total"].inc(dropped_since_last)
+            self.m.agent_spool_dropped_batches.inc(dropped_since_last)
 
     def steps_rejected(self, n: int) -> None:
         if n:
-            self.m["goodput_agent_step_events_rejected_total"].inc(n)
+            self.m.agent_step_events_rejected.inc(n)
 
 
 def _kind(topic: str) -> str:

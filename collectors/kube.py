@@ -24,7 +24,7 @@ collector re-emits the same keys and the store deduplicates them. A collector re
 attempts: they count from 1 again.
 
 Fetching goes through `list_objects(group, version, plural) -> list[dict]`, injectable; the default
-uses the official `kubernetes` client when installed (it is not a dependency of goodput).
+uses the official `kubernetes` client when installed (the `kube` extra: pip install 'goodput[kube]').
 """
 
 from __future__ import annotations
@@ -218,8 +218,8 @@ def kubernetes_lister() -> ListObjects:
         from kubernetes import client, config
     except ImportError as e:
         raise CollectorUnavailable(
-            "the Kubernetes job collector needs the 'kubernetes' package (pip install kubernetes), "
-            "or pass list_objects"
+            "the Kubernetes job collector needs the 'kubernetes' package (pip install 'goodput[kube]' "
+            "or pip install kubernetes), or pass list_objects"
         ) from e
     try:
         config.load_incluster_config()
@@ -229,7 +229,8 @@ def kubernetes_lister() -> ListObjects:
 
     def list_objects(group: str, version: str, plural: str) -> list[Mapping[str, Any]]:
         try:
-            return api.list_cluster_custom_object(group, version, plural)["items"]
+            listed: Any = api.list_cluster_custom_object(group, version, plural)  # typed `object`: a dict
+            return listed["items"]
         except client.exceptions.ApiException as e:
             if e.status == 404:
                 raise CollectorUnavailable(

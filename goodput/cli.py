@@ -12,6 +12,12 @@ from contracts.config import ConfigError
 from pipeline import cli as pipeline_cli
 from pipeline.store import StoreError
 
+# What the `pipeline` extra adds to the agent's base install. The commands import them only when they run,
+# so on a GPU node (`pip install goodput`, docs/agent.md) `goodput agent` works and the others say why not.
+ANALYTICS_PACKAGES = frozenset(
+    {"numpy", "pyarrow", "chdb", "polars", "pandas", "clickhouse_driver", "tomli_w", "tqdm"}
+)
+
 
 def cmd_demo(args) -> int:
     from goodput.demo import run_demo
@@ -133,6 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ConfigError, StoreError) as e:
         print(f"goodput {args.command}: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] not in ANALYTICS_PACKAGES:
+            raise
+        print(
+            f"goodput {args.command}: this is the agent-only install (no module {e.name!r}); "
+            f"pip install 'goodput[pipeline]'",
+            file=sys.stderr,
+        )
         return 2
 
 

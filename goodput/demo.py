@@ -115,9 +115,7 @@ def run_demo(
         ddl.migrate(store)
         transport = InProcessTransport()
         loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
-        progress = Progress(
-            "load", sim_cfg.horizon_s, stream=sys.stderr if not quiet else open("/dev/null", "w")
-        )
+        progress = Progress("load", sim_cfg.horizon_s, unit="sim s", quiet=quiet)
         t = time.perf_counter()
         sent = 0
         for topic, key, value in messages(
@@ -133,10 +131,9 @@ def run_demo(
             f"{totals.records} batches, {sum(totals.rows.values()):,} rows, "
             f"{sum(totals.dead_letters.values())} dead letters"
         )
-        t = time.perf_counter()
-        analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000)
-        timings["analyze"] = time.perf_counter() - t
-        log(f"analyzers: {timings['analyze']:.1f}s")
+        progress = Progress("analyze", 0, unit="statement", quiet=quiet)
+        analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000, progress)
+        timings["analyze"] = progress.done()
         teams = team_table(store, cfg.cluster)
         jobs = job_table(store, cfg.cluster)
     teams.write_csv(out / "team_summary.csv")

@@ -53,7 +53,7 @@ def cmd_ingest(args) -> int:
         return 2
     with _store(args, cfg) as store:
         loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
-        progress = Progress("ingest", path.stat().st_size)
+        progress = Progress("ingest", path.stat().st_size, unit="B", unit_scale=True)
         batch, read = [], 0
         for rec in file_records(path):
             batch.append(rec)
@@ -73,7 +73,7 @@ def cmd_ingest(args) -> int:
                 file=sys.stderr,
             )
         if not args.no_analyze:
-            _analyze(store, cfg, None, None)
+            _analyze(store, cfg, None, None, shown=True)
     return 0
 
 
@@ -104,7 +104,7 @@ def _serve_kafka(args, cfg) -> int:
         def analyze() -> None:
             window_ms = cfg.analyzer.window_s * 1000
             since = (int((time.time() - cfg.loader.analyze_lookback_s) * 1000) // window_ms) * window_ms
-            _analyze(store, cfg, since, None)
+            _analyze(store, cfg, since, None, shown=False)
 
         service = LoaderService(
             cfg,
@@ -121,8 +121,11 @@ def _serve_kafka(args, cfg) -> int:
     return 0
 
 
-def _analyze(store, cfg, since_ms, until_ms) -> None:
+def _analyze(store, cfg, since_ms, until_ms, shown: bool) -> None:
+    """Runs the analyzers over the range (default: all stored job events); `shown`: a step per statement
+    on stderr, for the commands (the loader service's periodic runs log one line)."""
     from pipeline.analyzers import run as analyzers
+    from pipeline.progress import Progress
 
     if since_ms is None or until_ms is None:
         t = store.query_arrow(
@@ -139,14 +142,17 @@ def _analyze(store, cfg, since_ms, until_ms) -> None:
         g = store.query_arrow("SELECT toUnixTimestamp64Milli(max(ts)) AS b FROM raw_gpu").to_pylist()[0]["b"]
         if g:
             until_ms = min(until_ms, g + 1000)
-    timings = analyzers.run(store, cfg, since_ms, until_ms)
+    progress = Progress("analyze", 0, unit="statement") if shown else None
+    timings = analyzers.run(store, cfg, since_ms, until_ms, progress)
+    if progress:
+        progress.done()
     print("analyzers: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()), file=sys.stderr)
 
 
 def cmd_analyze(args) -> int:
     cfg = config_mod.load(args.config)
     with _store(args, cfg) as store:
-        _analyze(store, cfg, args.since_ms, args.until_ms)
+        _analyze(store, cfg, args.since_ms, args.until_ms, shown=True)
     return 0
 
 

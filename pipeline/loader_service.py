@@ -31,7 +31,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import Counter as PromCounter  # collections.Counter tallies records here
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from contracts import catalog
@@ -51,48 +52,65 @@ UNASSIGNED_WARN_S = 30.0
 _T = TypeVar("_T")
 
 
+@dataclass(frozen=True)
+class LoaderSeries:
+    """catalog.LOADER_METRICS as attributes (contracts.exporter.attribute names them)."""
+
+    loader_consumer_lag_records: Gauge
+    loader_assigned_partitions: Gauge
+    loader_records_consumed: PromCounter
+    loader_rows_loaded: PromCounter
+    loader_batches_loaded: PromCounter
+    loader_dead_letters: PromCounter
+    loader_redelivered_records: PromCounter
+    loader_batches_committed: PromCounter
+    loader_commit_failures: PromCounter
+    loader_last_commit_timestamp_seconds: Gauge
+    loader_store_errors: PromCounter
+    loader_transport_errors: PromCounter
+    loader_load_duration_seconds: Histogram
+    loader_analyzer_last_success_timestamp_seconds: Gauge
+
+
 class LoaderMetrics(MetricsEndpoint):
     """The loader's Prometheus series, built from `catalog.LOADER_METRICS` on a private registry and
     served on `metrics_address`."""
 
     def __init__(self) -> None:
         super().__init__(CollectorRegistry(auto_describe=True))
-        self.m = declare(catalog.LOADER_METRICS, self.registry)
+        self.m = declare(LoaderSeries, catalog.LOADER_METRICS, self.registry)
         self._lag_labels: set[tuple[str, str]] = set()
 
     def loaded(self, stats: LoadStats, consumed: Counter) -> None:
         for topic, n in consumed.items():
-            self.m["goodput_loader_records_consumed_total"].labels(topic).inc(n)
+            self.m.loader_records_consumed.labels(topic).inc(n)
         for kind, n in stats.rows.items():
-            self.m["goodput_loader_rows_loaded_total"].labels(kind).inc(n)
+            self.m.loader_rows_loaded.labels(kind).inc(n)
         for kind, n in stats.batches.items():
-            self.m["goodput_loader_batches_loaded_total"].labels(kind).inc(n)
+            self.m.loader_batches_loaded.labels(kind).inc(n)
         for reason, n in stats.dead_letters.items():
-            self.m["goodput_loader_dead_letters_total"].labels(reason).inc(n)
-        self.m["goodput_loader_redelivered_records_total"].inc(stats.redelivered)
-        self.m["goodput_loader_load_duration_seconds"].labels("decode").observe(stats.decode_s)
-        self.m["goodput_loader_load_duration_seconds"].labels("insert").observe(stats.insert_s)
+            self.m.loader_dead_letters.labels(reason).inc(n)
+        self.m.loader_redelivered_records.inc(stats.redelivered)
+        self.m.loader_load_duration_seconds.labels("decode").observe(stats.decode_s)
+        self.m.loader_load_duration_seconds.labels("insert").observe(stats.insert_s)
 
     def committed(self, wall_s: float) -> None:
-        self.m["goodput_loader_batches_committed_total"].inc()
-        self.m["goodput_loader_last_commit_timestamp_seconds"].set(wall_s)
+        self.m.loader_batches_committed.inc()
+        self.m.loader_last_commit_timestamp_seconds.set(wall_s)
 
     def assignment(self, parts: set[tuple[str, int]], topics: list[str]) -> None:
         per_topic = Counter(t for t, _ in parts)
         for topic in topics:
-            self.m["goodput_loader_assigned_partitions"].labels(topic).set(per_topic[topic])
+            self.m.loader_assigned_partitions.labels(topic).set(per_topic[topic])
 
     def lag(self, lag: dict[tuple[str, int], int]) -> None:
-        gauge = self.m["goodput_loader_consumer_lag_records"]
+        gauge = self.m.loader_consumer_lag_records
         labels = {(t, str(p)) for t, p in lag}
         for gone in self._lag_labels - labels:  # partitions this process no longer owns
             gauge.remove(*gone)
         for (t, p), n in lag.items():
             gauge.labels(t, str(p)).set(n)
         self._lag_labels = labels
-
-    def failed(self, name: str, operation: str) -> None:
-        self.m[name].labels(operation).inc()
 
 
 @dataclass
@@ -156,7 +174,7 @@ class LoaderService:
                 "connect to Kafka",
                 TransportError,
                 self._connect,
-                "goodput_loader_transport_errors_total",
+                self.metrics.m.loader_transport_errors,
                 "connect",
             )
             while self._consumer is not None and not self.stop.is_set():
@@ -194,7 +212,7 @@ class LoaderService:
         try:
             records = self._consumer.poll(room, wait)
         except TransportError as e:
-            self.metrics.failed("goodput_loader_transport_errors_total", "poll")
+            self.metrics.m.loader_transport_errors.labels("poll").inc()
             log.warning("%s; retrying in %.1f s", e, self.lc.retry_backoff_s)
             self.stop.wait(self.lc.retry_backoff_s)
             return 0
@@ -221,7 +239,7 @@ class LoaderService:
             f"load {len(records)} records into the store (their offsets stay uncommitted)",
             StoreError,
             lambda: self.loader.load(records),
-            "goodput_loader_store_errors_total",
+            self.metrics.m.loader_store_errors,
             "load",
         )
         if stats is None:
@@ -232,7 +250,7 @@ class LoaderService:
         try:
             self._consumer.commit(records)
         except TransportError as e:
-            self.metrics.m["goodput_loader_commit_failures_total"].inc()
+            self.metrics.m.loader_commit_failures.inc()
             log.warning("%s; the stored records will be delivered again and skipped as already stored", e)
             return True
         self.metrics.committed(time.time())
@@ -240,13 +258,13 @@ class LoaderService:
         return True
 
     def _retry(
-        self, what: str, errors: type[Exception], fn: Callable[[], _T], metric: str, operation: str
+        self, what: str, errors: type[Exception], fn: Callable[[], _T], metric: PromCounter, operation: str
     ) -> _T | None:
         """fn() until it succeeds, backing off from retry_backoff_s, doubling up to retry_backoff_max_s;
         None if `stop` was set meanwhile (the backoff ends at once and fn is not called again)."""
 
         def failed(state: RetryCallState) -> None:
-            self.metrics.failed(metric, operation)
+            metric.labels(operation).inc()
             log.error(
                 "could not %s: %s; retrying in %.1f s",
                 what,
@@ -305,7 +323,7 @@ class LoaderService:
                 "re-read the batch ledger",
                 StoreError,
                 self.loader.refresh,
-                "goodput_loader_store_errors_total",
+                self.metrics.m.loader_store_errors,
                 "refresh",
             )
         self._assigned = now
@@ -318,7 +336,7 @@ class LoaderService:
         try:
             self._lag = self._consumer.lag()
         except TransportError as e:
-            self.metrics.failed("goodput_loader_transport_errors_total", "lag")
+            self.metrics.m.loader_transport_errors.labels("lag").inc()
             log.warning("%s", e)
             return False
         self._lag_at = self.clock()
@@ -355,10 +373,10 @@ class LoaderService:
         try:
             self.analyze()
         except StoreError as e:
-            self.metrics.failed("goodput_loader_store_errors_total", "analyze")
+            self.metrics.m.loader_store_errors.labels("analyze").inc()
             log.error("analyzers failed: %s; loading goes on, the next run retries the range", e)
             return
-        self.metrics.m["goodput_loader_analyzer_last_success_timestamp_seconds"].set(time.time())
+        self.metrics.m.loader_analyzer_last_success_timestamp_seconds.set(time.time())
 
     def _close(self) -> None:
         if self._consumer is not None:

@@ -19,7 +19,8 @@ import pyarrow as pa
 from contracts import catalog
 from contracts.config import Config
 from pipeline import ddl
-from pipeline.store import Store
+from pipeline.progress import Progress
+from pipeline.store import Store, first_line
 
 log = logging.getLogger("goodput.analyzers")
 HERE = Path(__file__).parent
@@ -149,8 +150,17 @@ def statements(name: str, params: dict) -> list[str]:
     return out
 
 
-def run(store: Store, cfg: Config, start_ms: int, end_ms: int) -> dict[str, float]:
-    """Classifies [start_ms, end_ms) and returns seconds per step, for the progress log."""
+def step_name(sql: str) -> str:
+    """A statement in a progress line: its verb and table (`INSERT goodput_windows`)."""
+    m = re.match(r"\s*(\w+).*?\b(?:TABLE|INTO|FROM)\s+(\w+)", sql, re.S)
+    return f"{m[1]} {m[2]}" if m else first_line(sql)
+
+
+def run(
+    store: Store, cfg: Config, start_ms: int, end_ms: int, progress: Progress | None = None
+) -> dict[str, float]:
+    """Classifies [start_ms, end_ms) and returns seconds per SQL file, for the log; `progress` gets a
+    step per statement (the commands pass one; the loader service's periodic runs do not)."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
@@ -162,8 +172,13 @@ def run(store: Store, cfg: Config, start_ms: int, end_ms: int) -> dict[str, floa
         for name in ("goodput.sql", "rollups.sql"):
             if name == "rollups.sql":  # its deletes name the jobs goodput.sql has just read
                 params["alive_jobs"] = alive_jobs(store)
-            for sql in statements(name, params):
+            sqls = statements(name, params)
+            if progress:
+                progress.grow(len(sqls))
+            for sql in sqls:
                 store.execute(sql)
+                if progress:
+                    progress.step(f"{name}: {step_name(sql)}")
             timings[name] = time.perf_counter() - t
             t = time.perf_counter()
     finally:
