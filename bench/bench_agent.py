@@ -70,6 +70,7 @@ def collectors_alone_pct(config: Path, ticks: int = 200) -> float:
     from agents.sources import build_collectors
 
     os.environ.setdefault("GOODPUT_FAKE_GPUS", "8")
+    os.environ.setdefault("GOODPUT_NVML_MODULE", "tests.agents.fake_nvml_module")
     collectors, _ = build_collectors(load_agent(config))
     now = 1_700_000_000_000
     for c in collectors:

@@ -1,4 +1,4 @@
-"""A module-shaped fake NVML for agent processes: `[agent] nvml_module = "tests.agents.fake_nvml_module"`.
+"""A module-shaped fake NVML for agent processes: `GOODPUT_NVML_MODULE=tests.agents.fake_nvml_module`.
 
 The agent imports its NVML binding by module name, so a test can run the real agent (real
 NvmlCollector, real process) on a machine without GPUs. This module is the fake pynvml of the

@@ -87,7 +87,6 @@ collectors = ["nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps"]
 sys_root = "{root / "node" / "sys"}"
 proc_root = "{root / "node" / "proc"}"
 lustre_roots = ["{root / "node" / "lustre"}"]
-nvml_module = "tests.agents.fake_nvml_module"
 log_format = "json"
 shutdown_timeout_s = 10.0
 {extra_agent}
@@ -101,7 +100,12 @@ storage = {interval_s}
     # ------------------------------------------------------------ the agent process
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), GOODPUT_FAKE_GPUS=str(self.gpus))
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            GOODPUT_FAKE_GPUS=str(self.gpus),
+            GOODPUT_NVML_MODULE="tests.agents.fake_nvml_module",
+        )
         env.pop("GOODPUT_KAFKA_BOOTSTRAP", None)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
