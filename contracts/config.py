@@ -36,7 +36,6 @@ from contracts.strict import ConfigError, build, resolve_paths, table_name
 __all__ = ["ConfigError", "resolve_paths"]
 
 CONFIG_VERSION = 1
-POOL_CLASSES = ("core", "shared", "experiment")
 EXAMPLE_CONFIG = Path(__file__).with_name("example_config.toml")
 SOURCES = (
     "nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps", "slurm", "volcano", "kueue", "jobfile",
@@ -471,7 +470,8 @@ class AgentConfig(Table):
 
 
 class Config(Table):
-    """The whole file. `source` names where it came from (error messages); it is no key of the file."""
+    """The file's own keys; its tables follow. (`source`, no key of the file, names where the file came
+    from in error messages.)"""
 
     _derived: ClassVar[tuple[str, ...]] = ("source",)
 
