@@ -33,8 +33,6 @@ from msgspec import Meta, field
 from contracts.hostlist import expand as expand_nodes
 from contracts.strict import ConfigError, build, resolve_paths, table_name
 
-__all__ = ["ConfigError", "resolve_paths"]
-
 CONFIG_VERSION = 1
 EXAMPLE_CONFIG = Path(__file__).with_name("example_config.toml")
 SOURCES = (

@@ -75,8 +75,9 @@ def _unknown(cls: type, where: Where, key: str, value: Any, known: list[str]) ->
         )
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    what = ("table", f"[{key}]") if isinstance(value, dict) and not where else ("key", key_name(where, key))
-    return f"{what[1]}: unknown {what[0]}{hint} (known: {', '.join(known)})"
+    if isinstance(value, dict) and not where:
+        return f"[{key}]: unknown table{hint} (known: {', '.join(known)})"
+    return f"{key_name(where, key)}: unknown key{hint} (known: {', '.join(known)})"
 
 
 _MSGSPEC_WORDS = {"array": "list", "object": "table"}
@@ -140,8 +141,10 @@ def _value(tp: Any, value: Any, where: Where, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             _fail(f"{table_name(here)}: expected a table, got {_what(value)}")
-        return {k: _value(args[1], v, here, k) if _is_struct(_unwrap(args[1])) else _leaf(args[1], v, here, k)
-                for k, v in value.items()}  # fmt: skip
+        item = _unwrap(args[1])
+        if _is_struct(item):
+            return {k: build(item, v, (*here, k)) for k, v in value.items()}
+        return {k: _leaf(args[1], v, here, k) for k, v in value.items()}
     if origin is tuple and _is_struct(_unwrap(args[0])):
         if not isinstance(value, list):
             _fail(f"{key_name(where, key)}: expected a list of tables, got {_what(value)}")
