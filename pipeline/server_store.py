@@ -123,6 +123,10 @@ class ServerStore:
 
         if config.ca_certs and not Path(config.ca_certs).is_file():
             raise ConfigError(f"[store.server].ca_certs: {config.ca_certs} is not a readable file")
+        try:
+            password = config.password()
+        except ConfigError as e:
+            raise StoreError(f"{e}: export the ClickHouse password for user {config.user!r} in it") from None
         self.config = config
         self.address = config.address
         self.database = config.database
@@ -138,7 +142,7 @@ class ServerStore:
             port=config.effective_port,
             database=config.database,
             user=config.user,
-            password=config.password(),
+            password=password,
             secure=config.secure,
             verify=config.verify,
             ca_certs=config.ca_certs or None,
