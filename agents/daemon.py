@@ -21,12 +21,12 @@ from typing import Callable
 
 import orjson
 
-from agents.config import AgentConfig, parse_address
 from agents.metrics import AgentMetrics
 from agents.sender import KafkaProducerLike, SpoolSender
 from agents.seqstate import SeqState
 from agents.spool import Spool
 from collectors.base import Collector, Row
+from contracts.config import AgentConfig, parse_address
 from contracts.envelope import encode_batch
 from contracts.schema import KINDS, topic_for
 

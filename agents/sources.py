@@ -13,8 +13,8 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from agents.config import AgentConfig, parse_address
 from collectors.base import Collector, CollectorError, CollectorUnavailable
+from contracts.config import AgentConfig, parse_address
 
 log = logging.getLogger(__name__)
 

@@ -1,91 +1,62 @@
-"""The goodput configuration file (TOML), parsed into typed, validated objects.
+"""The goodput configuration file (TOML): one typed, strict model of every table and key.
 
 One file describes a cluster for every component: pools and their nodes, GPU types and prices, network
-tiers, storage ceilings, the team mapping, analyzer thresholds, and how data travels (transport) and
-where it is kept (store). Precedence: built-in defaults < file < environment (GOODPUT_STORE_PATH,
-GOODPUT_KAFKA_BOOTSTRAP) < command-line flags. Secrets never live in the file: it names the
-environment variables that hold them (`password_env`).
+tiers, storage ceilings, the team mapping, analyzer thresholds, how data travels (transport), where it
+is kept (store), the demo's simulated cluster and the node agent. Each table is a msgspec Struct below:
+its fields are the keys, typed and bounded (`Meta`), each documented by the string under it; a table's
+own checks that involve several keys live in its `__post_init__`. docs/config.md is generated from these
+classes (pipeline/docgen.py), so the page and the parser cannot disagree.
 
-The format is documented in docs/config.md and versioned by `schema_version`.
+Reading a file is three explicit steps (`load`): `parse` (strict: an unknown key anywhere is refused by
+its full name with the nearest known one suggested, contracts/strict.py), `resolve_paths` (relative
+paths in the file are relative to the file's directory, not to wherever the command runs), then
+`apply_env` (ENVIRONMENT). Precedence: defaults < file < environment < command-line flags (applied by
+the commands). Every table is validated whether or not it is selected: a typo in `[store.server]` is
+an error on a chDB setup too.
+
+Secrets never live in the file: it names the environment variables that hold them (`*_env` keys), and
+`secret` reads one when a connection is made, so no config object, repr or log line holds a secret.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, ClassVar, Literal, TypeVar
+
+import msgspec
+from msgspec import Meta, field
 
 from contracts.hostlist import expand as expand_nodes
+from contracts.strict import ConfigError, build, resolve_paths, table_name
 
-CONFIG_VERSION = 1
-POOL_CLASSES = ("core", "shared", "experiment")
+CONFIG_VERSION: Literal[1] = 1
 EXAMPLE_CONFIG = Path(__file__).with_name("example_config.toml")
+SOURCES = (
+    "nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps", "slurm", "volcano", "kueue", "jobfile",
+)  # fmt: skip
+"""Collectors the agent knows how to build, by the name each reports in goodput_collector_success."""
+NODE_SOURCES = ("nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps")
+"""The default set: what every GPU node has. Job-state sources run on one node per cluster."""
+
+FilePath = Annotated[str, Meta(extra={"path": True})]
+"""A filesystem path; relative ones are relative to the config file's directory."""
+EnvVar = Annotated[str, Meta(pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")]
+"""The name of an environment variable that holds a secret (never the secret itself)."""
+Seconds = Annotated[float, Meta(gt=0)]
+NonNegative = Annotated[float, Meta(ge=0)]
+Fraction = Annotated[float, Meta(gt=0, lt=1)]
+Count = Annotated[int, Meta(ge=1)]
+Milliseconds = Annotated[int, Meta(ge=0)]
+Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]+$")]
+"""Letters, digits, `.`, `_`, `-`: written into SQL literals and Kafka topic names."""
 
 
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key and what is expected."""
-
-
-@dataclass(frozen=True)
-class GpuType:
-    name: str
-    price_per_gpu_hour: float
-    memory_bytes: int = 80 * 2**30
-    has_gpm: bool = True
-
-
-@dataclass(frozen=True)
-class NetworkTier:
-    name: str
-    link_gbps: float = 400.0
-    links_per_node: int = 8
-    oversubscription: float = 1.0
-    link_layer: str = "InfiniBand"
-
-
-@dataclass(frozen=True)
-class Pool:
-    name: str
-    pool_class: str
-    gpu_type: str
-    gpus_per_node: int
-    nodes: tuple[str, ...]
-    network_tier: str
-    storage_ceiling_bytes_per_s: float
-    price_per_gpu_hour: float | None = None
-
-
-@dataclass(frozen=True)
-class AnalyzerConfig:
-    """Thresholds for the counters-only attribution (docs/goodput-model.md explains each)."""
-
-    window_s: int = 10
-    healthy_quantile: float = 0.9
-    healthy_cutoff: float = 0.8
-    healthy_tolerance: float = 0.05
-    storage_saturation: float = 0.85
-    psi_some_pct: float = 20.0
-    nic_line_rate_fraction: float = 0.9
-    xmit_wait_per_s: float = 1.0e6
-    ecn_marked_per_s: float = 1000.0
-    cnp_per_s: float = 1000.0
-    straggler_clock_event_mask: int = 0x8 | 0x20 | 0x40 | 0x80
-
-
-@dataclass(frozen=True)
-class TransportConfig:
-    kind: str = "inprocess"
-    topic_prefix: str = "goodput"
-    kafka: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    kind: str = "chdb"
-    path: str = "./goodput-data"
-    server: dict[str, Any] = field(default_factory=dict)
+class Table(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A table of the file: its fields are its keys, and nothing else is accepted."""
 
 
 def parse_address(text: str, where: str) -> tuple[str, int]:
@@ -98,61 +69,159 @@ def parse_address(text: str, where: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-@dataclass(frozen=True)
-class LoaderConfig:
+def _check_address(text: str, key: str) -> None:
+    """For __post_init__: a bad address as a ValueError starting with its key (contracts/strict.py)."""
+    if text:
+        parse_address(text, key)
+
+
+def secret(var: str, named_by: str, env: Mapping[str, str] | None = None) -> str:
+    """The secret held by the environment variable `var`, which the config key `named_by` names; read
+    at the moment of use, so that it is in no config object. ConfigError when unset or empty."""
+    value = (os.environ if env is None else env).get(var) if var else None
+    if not value:
+        raise ConfigError(
+            f"the environment variable {var or '(none)'} (named by {named_by}) is not set or empty"
+        )
+    return value
+
+
+# ------------------------------------------------------------------ the cluster
+
+
+class ClusterConfig(Table, frozen=True):
+    """`[cluster]`: which cluster this file describes."""
+
+    name: Name = "goodput"
+    """Cluster name; every message's `cluster` must match it, else it is dead-lettered (unknown_cluster)."""
+    currency: str = "USD"
+    """Currency of every price in the file."""
+    control_nodes: tuple[str, ...] = ()
+    """Hosts that send job events (the job-state collectors) but hold no GPUs."""
+
+
+class GpuType(Table, frozen=True):
+    """`[gpu_types.<T>]`: one GPU model of the fleet."""
+
+    price_per_gpu_hour: NonNegative
+    """Price of one GPU-hour (pools may override it)."""
+    memory_bytes: Count = 80 * 2**30
+    has_gpm: bool = True
+    """Whether the GPUs report GPM metrics; without them utilization is the busy signal."""
+
+
+class NetworkTier(Table, frozen=True):
+    """`[network_tiers.<N>]`: a fabric that pools sit on."""
+
+    link_gbps: Annotated[float, Meta(gt=0)] = 400.0
+    links_per_node: Count = 8
+    oversubscription: Annotated[float, Meta(ge=1)] = 1.0
+    """Spine oversubscription: 2.0 for 2:1."""
+    link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
+
+
+class Pool(Table, frozen=True, kw_only=True):
+    """`[[pools]]`: a set of identical nodes with one price and one fabric."""
+
+    name: Name
+    pool_class: Literal["core", "shared", "experiment"] = field(name="class")
+    """What the pool is for; the reports group by it."""
+    gpu_type: str
+    """A key of `[gpu_types]`."""
+    gpus_per_node: Count = 8
+    nodes: tuple[str, ...]
+    """Slurm-style host lists (`gpu-[001-016]`); a node may be in one pool only."""
+    network_tier: str
+    """A key of `[network_tiers]`."""
+    storage_ceiling_bytes_per_s: Annotated[float, Meta(gt=0)]
+    """The pool's share of the storage bandwidth; beyond it the analyzer calls storage saturated."""
+    price_per_gpu_hour: NonNegative | None = None
+    """Overrides the GPU type's price (an older, depreciated fleet)."""
+
+    def __post_init__(self) -> None:
+        try:
+            hosts = tuple(n for spec in self.nodes for n in expand_nodes(spec))
+        except ValueError as e:
+            raise ValueError(f"nodes: {e}") from None
+        msgspec.structs.force_setattr(self, "nodes", hosts)
+
+
+class TeamsConfig(Table, frozen=True):
+    """`[teams]`: `<team> = [accounts]` maps scheduler accounts and Kubernetes namespaces to teams."""
+
+    _rest: ClassVar[str] = "accounts"
+    accounts: dict[str, tuple[str, ...]] = {}
+    """Every key of the table other than default_team: a team and its accounts."""
+    default_team: Name = "unassigned"
+    """The team of an account no team lists."""
+
+
+# ------------------------------------------------------------------ analysis and loading
+
+
+class AnalyzerConfig(Table, frozen=True):
+    """`[analyzer]`: thresholds of the counters-only attribution (docs/goodput-model.md explains each)."""
+
+    window_s: Count = 10
+    """Width of the analysis windows, seconds."""
+    healthy_quantile: Fraction = 0.9
+    """First-pass percentile of a job's running seconds."""
+    healthy_cutoff: Annotated[float, Meta(gt=0, le=1)] = 0.8
+    """Seconds at or above cutoff x that percentile count as healthy; b* is their median."""
+    healthy_tolerance: Annotated[float, Meta(ge=0, lt=1)] = 0.05
+    storage_saturation: Annotated[float, Meta(gt=0, le=1)] = 0.85
+    """Fraction of the pool's storage ceiling that counts as saturated."""
+    psi_some_pct: Annotated[float, Meta(ge=0, le=100)] = 20.0
+    nic_line_rate_fraction: Annotated[float, Meta(gt=0, le=1)] = 0.9
+    xmit_wait_per_s: NonNegative = 1.0e6
+    ecn_marked_per_s: NonNegative = 1000.0
+    cnp_per_s: NonNegative = 1000.0
+    straggler_clock_event_mask: Annotated[int, Meta(ge=0)] = 0x8 | 0x20 | 0x40 | 0x80
+    """NVML clock event reasons that mark a GPU as a straggler."""
+
+
+_MAX_PAST_DAYS = 90
+
+
+class LoaderConfig(Table, frozen=True):
     """`[loader]`: what the validator accepts, and how the Kafka loader service (`goodput ingest`,
     pipeline/loader_service.py) batches, retries and reports. docs/loader.md explains each key."""
 
-    MAX_PAST_DAYS = 90
+    MAX_PAST_DAYS: ClassVar[int] = _MAX_PAST_DAYS
     """Upper bound of max_past_days: pipeline.ddl.RAW_TTL_DAYS, spelt out so that reading a config does not
-    import the store's modules (tests/loader/test_config.py checks they agree). Not annotated: no key."""
+    import the store's modules (tests/loader/test_config.py checks they agree)."""
 
-    max_batch_rows: int = 100_000
-    max_past_days: float = 30.0
-    max_future_s: float = 300.0
-    max_poll_records: int = 5_000
+    max_batch_rows: Count = 100_000
+    max_past_days: Annotated[float, Meta(gt=0, le=_MAX_PAST_DAYS)] = 30.0
+    """Oldest row accepted; raw tables keep 90 days, and one insert may touch at most 100 day partitions."""
+    max_future_s: NonNegative = 300.0
+    max_poll_records: Count = 5_000
     """Records one consumer poll may return."""
-    flush_records: int = 20_000
+    flush_records: Count = 20_000
     """Load and commit once this many records are pending..."""
-    flush_bytes: int = 64 * 2**20
+    flush_bytes: Count = 64 * 2**20
     """...or this many bytes of message values..."""
-    flush_interval_s: float = 1.0
+    flush_interval_s: Seconds = 1.0
     """...or when the oldest pending record has waited this long (the loader's added latency)."""
-    retry_backoff_s: float = 0.5
+    retry_backoff_s: Seconds = 0.5
     """First wait after a store or transport failure; doubles per failure up to retry_backoff_max_s."""
-    retry_backoff_max_s: float = 30.0
-    lag_interval_s: float = 10.0
+    retry_backoff_max_s: Seconds = 30.0
+    lag_interval_s: Seconds = 10.0
     """How often the consumer lag is asked of the brokers (for /metrics and the progress bar)."""
     metrics_address: str = "127.0.0.1:9479"
     """host:port of the Prometheus /metrics endpoint; "" turns it off."""
-    analyze_every_s: float = 0.0
+    analyze_every_s: NonNegative = 0.0
     """Run the analyzers in the loader process this often (0: never; `--analyze-every` overrides)."""
-    analyze_lookback_s: float = 6 * 3600.0
+    analyze_lookback_s: Seconds = 6 * 3600.0
     """How far back each scheduled analyzer run reclassifies (late batches inside it are picked up)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_rows", "max_poll_records", "flush_records", "flush_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"[loader].{name}: must be at least 1, got {getattr(self, name)}")
-        for name in ("flush_interval_s", "retry_backoff_s", "lag_interval_s", "analyze_lookback_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"[loader].{name}: must be > 0 seconds, got {getattr(self, name)}")
-        if not 0 < self.max_past_days <= self.MAX_PAST_DAYS:
-            raise ConfigError(
-                f"[loader].max_past_days: {self.max_past_days} is not in (0, {self.MAX_PAST_DAYS}]: "
-                f"raw tables keep {self.MAX_PAST_DAYS} days, and one insert may touch at most 100 "
-                f"day partitions"
-            )
         if self.retry_backoff_max_s < self.retry_backoff_s:
-            raise ConfigError(
-                f"[loader].retry_backoff_max_s ({self.retry_backoff_max_s}) is below "
+            raise ValueError(
+                f"retry_backoff_max_s ({self.retry_backoff_max_s}) is below "
                 f"retry_backoff_s ({self.retry_backoff_s})"
             )
-        if self.analyze_every_s < 0:
-            raise ConfigError(
-                f"[loader].analyze_every_s: must be >= 0 (0 turns it off), got {self.analyze_every_s}"
-            )
-        self.metrics_endpoint  # noqa: B018 -- validates metrics_address now, not when the service starts
+        _check_address(self.metrics_address, "metrics_address")
 
     @property
     def metrics_endpoint(self) -> tuple[str, int] | None:
@@ -162,170 +231,344 @@ class LoaderConfig:
         return parse_address(self.metrics_address, "[loader].metrics_address")
 
 
-@dataclass(frozen=True)
-class Config:
-    cluster: str
-    currency: str
-    control_nodes: tuple[str, ...]
-    gpu_types: dict[str, GpuType]
-    network_tiers: dict[str, NetworkTier]
-    pools: tuple[Pool, ...]
-    teams: dict[str, tuple[str, ...]]
-    default_team: str
-    analyzer: AnalyzerConfig
-    transport: TransportConfig
-    store: StoreConfig
-    loader: LoaderConfig
-    simulation: dict[str, Any]
+# ------------------------------------------------------------------ transport and store
+
+
+class KafkaConfig(Table, frozen=True):
+    """`[transport.kafka]`: where the brokers are, how to authenticate, producer and consumer tuning
+    (transport/kafka.py and docs/kafka.md say why each default)."""
+
+    _secret_keys: ClassVar[dict[str, str]] = {
+        "password": "sasl_password_env",
+        "sasl_password": "sasl_password_env",
+        "sasl_plain_password": "sasl_password_env",
+        "ssl_password": "ssl_password_env",
+        "username": "sasl_username_env",
+        "sasl_username": "sasl_username_env",
+        "sasl_plain_username": "sasl_username_env",
+    }
+
+    bootstrap: str = ""
+    """Comma-separated host:port of the brokers; needed when `[transport] kind = "kafka"`."""
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL"] = "PLAINTEXT"
+    """SASL_PLAINTEXT is left out on purpose: with PLAIN it sends the password in clear text."""
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username_env: EnvVar = ""
+    sasl_password_env: EnvVar = ""
+    ssl_cafile: FilePath = ""
+    """PEM file of the CA that signed the brokers' certificates; "": the system's CAs."""
+    ssl_certfile: FilePath = ""
+    ssl_keyfile: FilePath = ""
+    ssl_password_env: EnvVar = ""
+    ssl_check_hostname: bool = True
+    client_id: str = "goodput"
+    group_id: str = "goodput-loader"
+    compression: Literal["zstd", "lz4"] = "zstd"
+    linger_ms: Milliseconds = 50
+    batch_size: Count = 256 * 1024
+    max_in_flight: int = 5
+    """Requests in flight per connection, 1..5: more turns the idempotent producer off."""
+    delivery_timeout_ms: Milliseconds = 120_000
+    request_timeout_ms: Milliseconds = 30_000
+    bootstrap_timeout_ms: Milliseconds = 30_000
+    """How long making a client waits for the first broker answer before raising TransportError."""
+    retry_backoff_ms: Milliseconds = 200
+    reconnect_backoff_max_ms: Milliseconds = 5_000
+    """Cap of the (jittered, exponential) reconnect backoff: kafka-python's 30 s default would leave
+    agents idle up to half a minute after the brokers are back."""
+    max_block_ms: Milliseconds = 10_000
+    max_pending_bytes: Count = 64 * 1024 * 1024
+    """Bytes of values not yet acknowledged; past that a send is refused instead of growing memory."""
+    session_timeout_ms: Milliseconds = 10_000
+    """Consumer group: how long a loader that stopped heartbeating keeps its partitions."""
+    heartbeat_interval_ms: Milliseconds = 3_000
+    max_poll_interval_ms: Milliseconds = 300_000
+    """Consumer group: longest gap between polls before the member's partitions are reassigned."""
+
+    def __post_init__(self) -> None:
+        if self.security_protocol == "SASL_SSL":
+            if self.sasl_mechanism is None:
+                raise ValueError("sasl_mechanism: SASL_SSL needs one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
+            if not (self.sasl_username_env and self.sasl_password_env):
+                raise ValueError(
+                    "sasl_username_env: SASL_SSL needs sasl_username_env and sasl_password_env "
+                    "(names of environment variables holding the credentials)"
+                )
+        elif self.sasl_mechanism is not None:
+            raise ValueError(
+                f"sasl_mechanism is set but security_protocol is {self.security_protocol}; use SASL_SSL"
+            )
+        if not 1 <= self.max_in_flight <= 5:
+            raise ValueError("max_in_flight must be 1..5: more turns the idempotent producer off")
+        if self.delivery_timeout_ms < self.request_timeout_ms + self.linger_ms:
+            raise ValueError("delivery_timeout_ms must be >= request_timeout_ms + linger_ms")
+        if not 3 * self.heartbeat_interval_ms <= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
+
+
+class TransportConfig(Table, frozen=True):
+    """`[transport]`: how messages travel from the agents to the loader."""
+
+    kind: Literal["inprocess", "kafka"] = "inprocess"
+    topic_prefix: Name = "goodput"
+    """Topics are `<prefix>.<kind>`."""
+    kafka: KafkaConfig = KafkaConfig()
+
+
+DEFAULT_PORT = 9000
+DEFAULT_SECURE_PORT = 9440
+
+
+class StoreServerConfig(Table, frozen=True):
+    """`[store.server]`: a ClickHouse server over the native protocol (docs/clickhouse-server.md)."""
+
+    _secret_keys: ClassVar[dict[str, str]] = {"password": "password_env"}
+
+    host: str = "localhost"
+    port: Annotated[int, Meta(ge=0, le=65535)] = 0
+    """0: 9000, or 9440 when `secure`."""
+    database: Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "default"
+    """A plain identifier: it is written into the DDL unquoted."""
+    user: str = "default"
+    password_env: EnvVar = ""
+    """Name of the environment variable holding the password; "": connect without a password."""
+    secure: bool = False
+    ca_certs: FilePath = ""
+    """PEM file of the CA that signed the server's certificate; "": the system's CAs."""
+    verify: bool = True
+    compression: Literal["lz4", "lz4hc", "none"] = "lz4"
+    connect_timeout_s: Seconds = 10.0
+    send_receive_timeout_s: Seconds = 300.0
+    retries: Annotated[int, Meta(ge=0)] = 5
+    cluster: Annotated[str, Meta(pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")] = ""
+    """Cluster name from the servers' <remote_servers>: the schema is created ON CLUSTER with
+    replicated local tables and Distributed tables (pipeline.ddl.cluster_ddl); "": one server."""
+
+    @property
+    def effective_port(self) -> int:
+        return self.port or (DEFAULT_SECURE_PORT if self.secure else DEFAULT_PORT)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.effective_port}"
+
+    def password(self, env: Mapping[str, str] | None = None) -> str:
+        """Read now from the variable `password_env` names; "" when it names none."""
+        return secret(self.password_env, "[store.server].password_env", env) if self.password_env else ""
+
+
+class StoreConfig(Table, frozen=True):
+    """`[store]`: where the data is kept."""
+
+    kind: Literal["chdb", "server"] = "chdb"
+    """`chdb` (embedded, a directory) or `server` (`[store.server]`)."""
+    path: FilePath = "./goodput-data"
+    """The chDB data directory."""
+    server: StoreServerConfig = StoreServerConfig()
+
+
+# ------------------------------------------------------------------ the demo's simulated cluster
+
+
+class SimulationConfig(Table, frozen=True):
+    """`[simulation]`: knobs of the simulated cluster behind `goodput demo` (ignored by the agent and the
+    pipeline). The defaults are goodput.sim.cluster.SimConfig's (a test checks they agree)."""
+
+    accounts: Annotated[tuple[str, ...], Meta(min_length=1)] = ("llm", "cv", "asr", "research")
+    failures_per_node_hour: NonNegative = 0.01
+    partial_allocation_probability: Annotated[float, Meta(ge=0, le=1)] = 0.3
+    storage_demand_scale: NonNegative = 1.0
+    network_demand_scale: NonNegative = 1.0
+    stragglers_per_hour: NonNegative = 2.0
+
+
+# ------------------------------------------------------------------ the node agent
+
+IntervalSeconds = Annotated[float, Meta(ge=0.05, le=3600)]
+DISK_EXCLUDE = r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p|mmcblk\d+p)\d+$"
+"""collectors.diskstats.DEFAULT_EXCLUDE, spelt out so that the model imports no collector (a test
+checks they agree)."""
+LUSTRE_ROOTS = ("/proc/fs/lustre", "/sys/kernel/debug/lustre", "/sys/fs/lustre")
+"""collectors.lustre.DEFAULT_ROOTS, spelt out likewise."""
+
+
+class AgentIntervals(Table, frozen=True):
+    """`[agent.intervals]`: seconds between two collections of each signal kind."""
+
+    gpu: IntervalSeconds = 1.0
+    nic: IntervalSeconds = 1.0
+    storage: IntervalSeconds = 1.0
+    job: IntervalSeconds = 5.0
+    step: IntervalSeconds = 1.0
+
+
+class AgentConfig(Table, frozen=True):
+    """`[agent]`: what one node agent collects, how often, where it keeps its state and where it serves
+    /metrics (docs/agent.md). Filesystem roots are keys so that a container can mount the host's /sys
+    and /proc elsewhere (the DaemonSet mounts them at /host/...), and so tests point the real collectors
+    at fixture trees."""
+
+    node: str = ""
+    """Name the agent reports as (envelope `node`, Kafka key); must match the config's pool nodes.
+    Precedence: `--node` > GOODPUT_NODE > this key > the host name."""
+    state_dir: FilePath = "/var/lib/goodput-agent"
+    """Holds the sequence-number state (`seq.json`) and the spool (`spool/`)."""
+    metrics_address: str = "0.0.0.0:9477"
+    """host:port for Prometheus /metrics; empty turns the endpoint off."""
+    step_address: str = "127.0.0.1:9478"
+    """UDP host:port the step reporter (collectors.steps.StepReporter) sends to."""
+    collectors: tuple[Literal[SOURCES], ...] = NODE_SOURCES  # type: ignore[valid-type]
+    """Sources to run; the job-state ones (slurm, volcano, kueue, jobfile) on one node per cluster."""
+    intervals: AgentIntervals = AgentIntervals()
+    sys_root: FilePath = "/sys"
+    proc_root: FilePath = "/proc"
+    lustre_roots: tuple[FilePath, ...] = LUSTRE_ROOTS
+    nfs_mounts: tuple[str, ...] = ()
+    """Mount points to report; empty: every NFS mount."""
+    disk_exclude: str = DISK_EXCLUDE
+    """Regular expression of block devices not reported (partitions, loop and RAM devices)."""
+    pfc_netdevs: dict[str, str] = {}
+    """`[agent.pfc_netdevs]`: RDMA device -> netdev whose PFC counters `ethtool -S` reads (RoCE only;
+    empty: never run ethtool)."""
+    job_file: FilePath = ""
+    """Path of the JSON-lines job-event file read by the `jobfile` source."""
+    spool_max_bytes: Count = 256 * 1024 * 1024
+    spool_segment_bytes: Count = 4 * 1024 * 1024
+    spool_fsync: Literal["always", "never"] | Count = 100
+    """"always", "never", or fsync after every N batches (see agents/spool.py)."""
+    send_window: Count = 1000
+    """Most batches handed to the producer before waiting for their acknowledgements."""
+    shutdown_timeout_s: NonNegative = 10.0
+    """On SIGTERM, how long to keep sending before leaving the rest in the spool."""
+    log_format: Literal["json", "text"] = "json"
+
+    def __post_init__(self) -> None:
+        if "jobfile" in self.collectors and not self.job_file:
+            raise ValueError('job_file: the jobfile source needs job_file = "<path of the JSON-lines file>"')
+        _check_address(self.metrics_address, "metrics_address")
+        _check_address(self.step_address, "step_address")
+        try:
+            re.compile(self.disk_exclude)
+        except re.error as e:
+            raise ValueError(f"disk_exclude: not a regular expression ({e})") from None
+
+    @property
+    def spool_dir(self) -> Path:
+        return Path(self.state_dir) / "spool"
+
+    @property
+    def seq_path(self) -> Path:
+        return Path(self.state_dir) / "seq.json"
+
+    def interval_s(self, kind: str) -> float:
+        return getattr(self.intervals, kind)
+
+
+# ------------------------------------------------------------------ the file
+
+
+class Config(Table, frozen=True):
+    """The file's own keys; its tables follow. (`source`, no key of the file, names where the file came
+    from in error messages.)"""
+
+    _derived: ClassVar[tuple[str, ...]] = ("source",)
+
+    schema_version: Literal[1] = CONFIG_VERSION
+    """1. A file of another version is refused with a pointer to this page."""
+    cluster: ClusterConfig = ClusterConfig()
+    gpu_types: dict[str, GpuType] = {}
+    network_tiers: dict[str, NetworkTier] = {}
+    pools: tuple[Pool, ...] = ()
+    teams: TeamsConfig = TeamsConfig()
+    analyzer: AnalyzerConfig = AnalyzerConfig()
+    loader: LoaderConfig = LoaderConfig()
+    transport: TransportConfig = TransportConfig()
+    store: StoreConfig = StoreConfig()
+    simulation: SimulationConfig = SimulationConfig()
+    agent: AgentConfig = AgentConfig()
     source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        seen_nodes: dict[str, str] = {}
+        for i, pool in enumerate(self.pools):
+            where = table_name(("pools", i))
+            if pool.gpu_type not in self.gpu_types:
+                raise ValueError(f"{where}.gpu_type: {pool.gpu_type!r} is not declared under [gpu_types]")
+            if pool.network_tier not in self.network_tiers:
+                raise ValueError(
+                    f"{where}.network_tier: {pool.network_tier!r} is not declared under [network_tiers]"
+                )
+            for n in pool.nodes:
+                if n in seen_nodes:
+                    raise ValueError(f"{where}.nodes: node {n!r} is already in pool {seen_nodes[n]!r}")
+                seen_nodes[n] = pool.name
 
     def node_pool(self) -> dict[str, Pool]:
         return {n: p for p in self.pools for n in p.nodes}
 
     def known_nodes(self) -> set[str]:
-        return set(self.node_pool()) | set(self.control_nodes)
+        return set(self.node_pool()) | set(self.cluster.control_nodes)
 
     def price(self, pool: Pool) -> float:
-        return (
-            pool.price_per_gpu_hour
-            if pool.price_per_gpu_hour is not None
-            else (self.gpu_types[pool.gpu_type].price_per_gpu_hour)
-        )
+        if pool.price_per_gpu_hour is not None:
+            return pool.price_per_gpu_hour
+        return self.gpu_types[pool.gpu_type].price_per_gpu_hour
 
     def team_of(self, account: str | None) -> str:
-        for team, accounts in self.teams.items():
+        for team, accounts in self.teams.accounts.items():
             if account in accounts:
                 return team
-        return self.default_team
+        return self.teams.default_team
 
 
-def _take(table: dict, key: str, where: str, kind: type, default: Any = ...) -> Any:
-    if key not in table:
-        if default is ...:
-            raise ConfigError(f"{where}: missing required key {key!r}")
-        return default
-    value = table[key]
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{where}.{key}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
-    return value
+ENVIRONMENT = {
+    "GOODPUT_STORE_PATH": ("store", "path"),
+    "GOODPUT_KAFKA_BOOTSTRAP": ("transport", "kafka", "bootstrap"),
+    "GOODPUT_NODE": ("agent", "node"),
+}
+"""Environment variables that override a key of the file (a non-empty value wins; `apply_env`). The
+DaemonSet sets GOODPUT_NODE from the downward API's spec.nodeName."""
 
 
-def _dataclass_from(cls: type[Any], table: dict, where: str) -> Any:
-    """Fills a flat dataclass of defaults from a TOML table, rejecting unknown keys (typos)."""
-    known = cls.__dataclass_fields__
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise ConfigError(f"[{where}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    defaults = cls()
-    kwargs = {k: _take(table, k, where, type(getattr(defaults, k)), getattr(defaults, k)) for k in known}
-    return cls(**kwargs)
-
-
-def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
+def parse(data: dict, source: str = "<memory>") -> Config:
+    """The Config of a parsed TOML document; ConfigError naming `source` and the key when invalid.
+    Paths stay as written and the environment is not read (`load` does both, in that order)."""
     version = data.get("schema_version", CONFIG_VERSION)
     if version != CONFIG_VERSION:
         raise ConfigError(
-            f"{source}: schema_version {version} is not supported (this goodput reads "
+            f"{source}: schema_version {version!r} is not supported (this goodput reads "
             f"{CONFIG_VERSION}); see docs/config.md for the changes"
         )
-    cluster = data.get("cluster", {})
-    gpu_types = {
-        name: GpuType(
-            name,
-            _take(t, "price_per_gpu_hour", f"gpu_types.{name}", float),
-            _take(t, "memory_bytes", f"gpu_types.{name}", int, 80 * 2**30),
-            _take(t, "has_gpm", f"gpu_types.{name}", bool, True),
-        )
-        for name, t in data.get("gpu_types", {}).items()
-    }
-    tiers = {
-        name: NetworkTier(
-            name,
-            _take(t, "link_gbps", f"network_tiers.{name}", float, 400.0),
-            _take(t, "links_per_node", f"network_tiers.{name}", int, 8),
-            _take(t, "oversubscription", f"network_tiers.{name}", float, 1.0),
-            _take(t, "link_layer", f"network_tiers.{name}", str, "InfiniBand"),
-        )
-        for name, t in data.get("network_tiers", {}).items()
-    }
-    pools = []
-    seen_nodes: dict[str, str] = {}
-    for i, p in enumerate(data.get("pools", [])):
-        where = f"pools[{i}]"
-        name = _take(p, "name", where, str)
-        klass = _take(p, "class", where, str)
-        if klass not in POOL_CLASSES:
-            raise ConfigError(f"{where}.class: {klass!r} is not one of {', '.join(POOL_CLASSES)}")
-        gtype = _take(p, "gpu_type", where, str)
-        if gtype not in gpu_types:
-            raise ConfigError(f"{where}.gpu_type: {gtype!r} is not declared under [gpu_types]")
-        tier = _take(p, "network_tier", where, str)
-        if tier not in tiers:
-            raise ConfigError(f"{where}.network_tier: {tier!r} is not declared under [network_tiers]")
-        nodes = tuple(n for spec in _take(p, "nodes", where, list) for n in expand_nodes(spec))
-        for n in nodes:
-            if n in seen_nodes:
-                raise ConfigError(f"{where}: node {n!r} is already in pool {seen_nodes[n]!r}")
-            seen_nodes[n] = name
-        price = p.get("price_per_gpu_hour")
-        pools.append(
-            Pool(
-                name,
-                klass,
-                gtype,
-                _take(p, "gpus_per_node", where, int, 8),
-                nodes,
-                tier,
-                _take(p, "storage_ceiling_bytes_per_s", where, float),
-                float(price) if price is not None else None,
-            )
-        )
-    teams_table = dict(data.get("teams", {}))
-    default_team = teams_table.pop("default_team", "unassigned")
-    teams = {team: tuple(accts) for team, accts in teams_table.items()}
-    transport = data.get("transport", {})
-    store = data.get("store", {})
-    env_store = os.environ.get("GOODPUT_STORE_PATH")
-    env_kafka = os.environ.get("GOODPUT_KAFKA_BOOTSTRAP")
-    kafka = dict(transport.get("kafka", {}))
-    if env_kafka:
-        kafka["bootstrap"] = env_kafka
-    cfg = Config(
-        cluster=_take(cluster, "name", "cluster", str, "goodput"),
-        currency=_take(cluster, "currency", "cluster", str, "USD"),
-        control_nodes=tuple(_take(cluster, "control_nodes", "cluster", list, [])),
-        gpu_types=gpu_types,
-        network_tiers=tiers,
-        pools=tuple(pools),
-        teams=teams,
-        default_team=default_team,
-        analyzer=_dataclass_from(AnalyzerConfig, data.get("analyzer", {}), "analyzer"),
-        transport=TransportConfig(
-            _take(transport, "kind", "transport", str, "inprocess"),
-            _take(transport, "topic_prefix", "transport", str, "goodput"),
-            kafka,
-        ),
-        store=StoreConfig(
-            _take(store, "kind", "store", str, "chdb"),
-            env_store or _take(store, "path", "store", str, "./goodput-data"),
-            dict(store.get("server", {})),
-        ),
-        loader=_dataclass_from(LoaderConfig, data.get("loader", {}), "loader"),
-        simulation=dict(data.get("simulation", {})),
-        source=source,
-    )
-    if cfg.transport.kind not in ("inprocess", "kafka"):
-        raise ConfigError(f"[transport].kind: {cfg.transport.kind!r} is not 'inprocess' or 'kafka'")
-    if cfg.store.kind not in ("chdb", "server"):
-        raise ConfigError(f"[store].kind: {cfg.store.kind!r} is not 'chdb' or 'server'")
+    try:
+        return msgspec.structs.replace(build(Config, data), source=source)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def apply_env(cfg: Config, env: Mapping[str, str] | None = None) -> Config:
+    """`cfg` with the keys ENVIRONMENT names replaced by the variables set (non-empty) in `env`
+    (default: os.environ). Values are taken as given: a relative GOODPUT_STORE_PATH is relative to
+    the working directory, like a command-line flag."""
+    env = os.environ if env is None else env
+    for var, (*tables, key) in ENVIRONMENT.items():
+        if env.get(var):
+            cfg = _replace_at(cfg, tables, key, env[var])
     return cfg
 
 
-def read_toml(path: str | os.PathLike | None) -> tuple[dict[str, Any], Path]:
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def _replace_at(obj: _S, tables: list[str], key: str, value: str) -> _S:
+    if not tables:
+        return msgspec.structs.replace(obj, **{key: value})
+    inner = _replace_at(getattr(obj, tables[0]), tables[1:], key, value)
+    return msgspec.structs.replace(obj, **{tables[0]: inner})
+
+
+def read_toml(path: str | os.PathLike | None) -> tuple[dict, Path]:
     """The parsed file at `path` (default: the shipped example) and its path; a missing or invalid
-    file is a ConfigError naming it. Every component reads its tables through this."""
+    file is a ConfigError naming it."""
     p = Path(path) if path else EXAMPLE_CONFIG
     try:
         return tomllib.loads(p.read_text()), p
@@ -335,7 +578,10 @@ def read_toml(path: str | os.PathLike | None) -> tuple[dict[str, Any], Path]:
         raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
 
 
-def load(path: str | os.PathLike | None = None) -> Config:
-    """Reads a config file (default: the example config shipped with goodput)."""
+def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Reads a config file: parse, relative paths resolved against the file's directory, then the
+    environment. Without `path` the shipped example stands in for a file in the working directory."""
     data, p = read_toml(path)
-    return parse(data, str(p))
+    cfg = parse(data, str(p))
+    cfg = resolve_paths(cfg, p.resolve().parent if path else Path.cwd())
+    return apply_env(cfg, env)

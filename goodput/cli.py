@@ -46,13 +46,14 @@ def cmd_simulate(args) -> int:
 
 def cmd_agent(args) -> int:
     """The node agent daemon: runs until SIGTERM or SIGINT, then sends or spools what it has."""
-    import dataclasses
     import faulthandler
     import signal
     import threading
 
+    import msgspec
+
     from agents import logs
-    from agents.config import load_agent
+    from agents.config import agent_config
     from agents.daemon import Agent
     from agents.seqstate import AgentStateError
     from agents.sources import SourceFailed, build_collectors
@@ -60,9 +61,9 @@ def cmd_agent(args) -> int:
     from transport.kafka import KafkaProducerTransport, KafkaSettings
 
     cfg = config_mod.load(args.config)
-    acfg = load_agent(args.config, node=args.node)
+    acfg = agent_config(cfg, node=args.node)
     if args.state_dir:
-        acfg = dataclasses.replace(acfg, state_dir=args.state_dir)
+        acfg = msgspec.structs.replace(acfg, state_dir=args.state_dir)
     logs.setup(acfg.log_format, logging.DEBUG if args.verbose else logging.INFO)
     if cfg.transport.kind != "kafka":
         raise ConfigError(
@@ -78,13 +79,13 @@ def cmd_agent(args) -> int:
         )
     try:
         settings = KafkaSettings.from_config(cfg.transport.kafka)
-    except ValueError as e:
+    except ConfigError as e:
         raise ConfigError(f"{cfg.source}: {e}") from None
     try:
         collectors, _unavailable = build_collectors(acfg)
         agent = Agent(
             acfg,
-            cluster=cfg.cluster,
+            cluster=cfg.cluster.name,
             topic_prefix=cfg.transport.topic_prefix,
             collectors=collectors,
             make_producer=lambda: KafkaProducerTransport(settings, client_id=f"goodput-agent-{acfg.node}"),

@@ -35,23 +35,27 @@ def write_config(cfg: config_mod.Config, path: Path) -> None:
 
     data = {
         "schema_version": config_mod.CONFIG_VERSION,
-        "cluster": {"name": cfg.cluster, "currency": cfg.currency, "control_nodes": list(cfg.control_nodes)},
+        "cluster": {
+            "name": cfg.cluster.name,
+            "currency": cfg.cluster.currency,
+            "control_nodes": list(cfg.cluster.control_nodes),
+        },
         "gpu_types": {
-            g.name: {
+            name: {
                 "price_per_gpu_hour": g.price_per_gpu_hour,
                 "memory_bytes": g.memory_bytes,
                 "has_gpm": g.has_gpm,
             }
-            for g in cfg.gpu_types.values()
+            for name, g in cfg.gpu_types.items()
         },
         "network_tiers": {
-            t.name: {
+            name: {
                 "link_gbps": t.link_gbps,
                 "links_per_node": t.links_per_node,
                 "oversubscription": t.oversubscription,
                 "link_layer": t.link_layer,
             }
-            for t in cfg.network_tiers.values()
+            for name, t in cfg.network_tiers.items()
         },
         "pools": [
             {
@@ -70,7 +74,10 @@ def write_config(cfg: config_mod.Config, path: Path) -> None:
             }
             for p in cfg.pools
         ],
-        "teams": {**{t: list(a) for t, a in cfg.teams.items()}, "default_team": cfg.default_team},
+        "teams": {
+            **{t: list(a) for t, a in cfg.teams.accounts.items()},
+            "default_team": cfg.teams.default_team,
+        },
         "store": {"kind": "chdb", "path": str(path.parent / "store")},
     }
     path.write_bytes(tomli_w.dumps(data).encode())
@@ -106,7 +113,7 @@ def run_demo(
     timings["simulate"] = time.perf_counter() - t
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
     log(
-        f"simulated {len(cfg.known_nodes()) - len(cfg.control_nodes)} nodes x 8 GPUs for {hours:g} h: "
+        f"simulated {len(cfg.node_pool())} nodes x 8 GPUs for {hours:g} h: "
         f"{len(res.jobs)} jobs, {len(res.events)} job events, {len(res.failures)} failures "
         f"({timings['simulate']:.1f}s)"
     )
@@ -134,14 +141,14 @@ def run_demo(
         progress = Progress("analyze", 0, unit="statement", quiet=quiet)
         analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000, progress)
         timings["analyze"] = progress.done()
-        teams = team_table(store, cfg.cluster)
-        jobs = job_table(store, cfg.cluster)
+        teams = team_table(store, cfg.cluster.name)
+        jobs = job_table(store, cfg.cluster.name)
     teams.write_csv(out / "team_summary.csv")
     jobs.write_csv(out / "job_summary.csv")
     pq.write_table(truth_table(res), out / "ground_truth.parquet")
     write_config(cfg, out / "config.toml")
     if not quiet:
-        print(format_team_table(teams, cfg.currency))
+        print(format_team_table(teams, cfg.cluster.currency))
         print(
             f"\nwrote {out}/: store/ (chDB), team_summary.csv, job_summary.csv, ground_truth.parquet, "
             f"config.toml — try: goodput summary --config {out}/config.toml --json"

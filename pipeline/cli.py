@@ -94,7 +94,7 @@ def _serve_kafka(args, cfg) -> int:
         return 2
     try:
         kafka = KafkaSettings.from_config(cfg.transport.kafka)
-    except ValueError as e:
+    except config_mod.ConfigError as e:
         raise config_mod.ConfigError(f"{cfg.source}: {e}") from None
     every = cfg.loader.analyze_every_s if args.analyze_every is None else args.analyze_every
     if every < 0:
@@ -162,10 +162,10 @@ def cmd_summary(args) -> int:
     cfg = config_mod.load(args.config)
     with _store(args, cfg) as store:
         if args.json:
-            json.dump(as_json(store, cfg.cluster, cfg.currency), sys.stdout, indent=2)
+            json.dump(as_json(store, cfg.cluster.name, cfg.cluster.currency), sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
-            print(format_team_table(team_table(store, cfg.cluster), cfg.currency))
+            print(format_team_table(team_table(store, cfg.cluster.name), cfg.cluster.currency))
     return 0
 
 

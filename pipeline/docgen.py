@@ -1,5 +1,5 @@
-"""Writes docs/messages.md, docs/clickhouse.md and docs/metrics.md from the declarations, so the docs
-cannot drift.
+"""Writes docs/config.md, docs/messages.md, docs/clickhouse.md and docs/metrics.md from the declarations,
+so the docs cannot drift.
 
 `python -m pipeline.docgen` rewrites them; tests/skeleton/test_contract.py fails when they are stale.
 """
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from contracts import catalog
 from contracts.schema import ENVELOPE_FIELDS, JOB_EVENTS, KINDS, SCHEMA_VERSION, topic_for
+from pipeline.configdoc import config_md
 from pipeline.ddl import all_ddl, column_type
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -306,6 +307,7 @@ when the node cannot measure it; it disappears when its collector fails (then
 
 
 def write() -> None:
+    (DOCS / "config.md").write_text(config_md())
     (DOCS / "messages.md").write_text(messages_md())
     (DOCS / "clickhouse.md").write_text(clickhouse_md())
     (DOCS / "metrics.md").write_text(metrics_md())

@@ -308,7 +308,7 @@ def limits_from_config(cfg) -> Limits:
     """The validator's limits for a configuration (contracts.config.Config)."""
     nodes = cfg.known_nodes()
     return Limits(
-        cluster=cfg.cluster,
+        cluster=cfg.cluster.name,
         known_nodes=frozenset(nodes) if nodes else None,
         max_rows=cfg.loader.max_batch_rows,
         max_past_ms=int(cfg.loader.max_past_days * 86_400_000),

@@ -25,29 +25,23 @@ environment variable (`password_env`) and the store reads it when it connects.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from contracts.config import ConfigError
+from contracts.config import ConfigError, StoreServerConfig
 from pipeline.store import StoreError, first_line
 
 log = logging.getLogger("goodput.store.server")
 
-DEFAULT_PORT = 9000
-DEFAULT_SECURE_PORT = 9440
 COMPRESSION = {"lz4": "lz4", "lz4hc": "lz4hc", "none": False}
 """LZ4 needs the `lz4` and `clickhouse-cityhash` packages (both goodput dependencies). ZSTD is left out:
 the driver's ZSTD needs the separate `zstd` package, and LZ4 is ClickHouse's own default."""
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 8.0
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INSERT_SELECT = re.compile(r"\s*INSERT\s+INTO\s+[^;]*?\bSELECT\b", re.IGNORECASE | re.DOTALL)
 
 AUTH_CODES = {
@@ -77,99 +71,6 @@ class StoreVersionError(StoreError):
 class _Transient(Exception):
     """A failure after which the same statement may succeed; `_call` retries it. Its text says what
     failed, for the log line and the final StoreError."""
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """`[store.server]` in the configuration file. docs/clickhouse-server.md explains every key."""
-
-    host: str = "localhost"
-    port: int = 0
-    """0: 9000, or 9440 when `secure`."""
-    database: str = "default"
-    user: str = "default"
-    password_env: str = ""
-    """Name of the environment variable holding the password; "": connect without a password."""
-    secure: bool = False
-    ca_certs: str = ""
-    """PEM file of the CA that signed the server's certificate; "": the system's CAs."""
-    verify: bool = True
-    compression: str = "lz4"
-    connect_timeout_s: float = 10.0
-    send_receive_timeout_s: float = 300.0
-    retries: int = 5
-    cluster: str = ""
-    """Cluster name from the servers' <remote_servers>: the schema is created ON CLUSTER with
-    replicated local tables and Distributed tables (pipeline.ddl.cluster_ddl); "": one server."""
-
-    @classmethod
-    def parse(cls, table: dict, where: str = "store.server") -> "ServerConfig":
-        """Validates a TOML table: unknown keys, wrong types and a literal password are refused by name."""
-        if "password" in table:
-            raise ConfigError(
-                f"[{where}].password: passwords never live in the configuration file. Put it in an "
-                "environment variable and name that variable instead: "
-                'password_env = "GOODPUT_CLICKHOUSE_PASSWORD"'
-            )
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(table) - set(known))
-        if unknown:
-            raise ConfigError(f"[{where}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
-        values: dict[str, Any] = {}  # each checked against its field's type below
-        for name, value in table.items():
-            kind = type(known[name].default)
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ConfigError(
-                    f"[{where}].{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}"
-                )
-            values[name] = value
-        cfg = cls(**values)
-        cfg._check(where)
-        return cfg
-
-    def _check(self, where: str) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(
-                f"[{where}].port: {self.port} is not a TCP port (1-65535, or 0 for the default)"
-            )
-        for name in ("database", "cluster"):
-            value = getattr(self, name)
-            if value and not _NAME.fullmatch(value):
-                raise ConfigError(
-                    f"[{where}].{name}: {value!r} must be a plain identifier (letters, digits, _), "
-                    f"since it is written into the DDL unquoted"
-                )
-        if self.compression not in COMPRESSION:
-            raise ConfigError(
-                f"[{where}].compression: {self.compression!r} is not one of {', '.join(COMPRESSION)}"
-            )
-        if self.connect_timeout_s <= 0 or self.send_receive_timeout_s <= 0:
-            raise ConfigError(f"[{where}]: connect_timeout_s and send_receive_timeout_s must be > 0 seconds")
-        if self.retries < 0:
-            raise ConfigError(f"[{where}].retries: must be 0 or more, got {self.retries}")
-        if self.ca_certs and not Path(self.ca_certs).is_file():
-            raise ConfigError(f"[{where}].ca_certs: {self.ca_certs} is not a readable file")
-
-    @property
-    def effective_port(self) -> int:
-        return self.port or (DEFAULT_SECURE_PORT if self.secure else DEFAULT_PORT)
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.effective_port}"
-
-    def password(self) -> str:
-        if not self.password_env:
-            return ""
-        value = os.environ.get(self.password_env)
-        if value is None:
-            raise StoreError(
-                f"the environment variable {self.password_env} (named by [store.server].password_env) "
-                f"is not set: export the ClickHouse password for user {self.user!r} in it"
-            )
-        return value
 
 
 def _driver_column(col: pa.ChunkedArray):
@@ -225,9 +126,15 @@ def _is_tls_failure(e: Exception) -> bool:
 class ServerStore:
     """A ClickHouse server (or cluster) reached over the native protocol; see the module docstring."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: StoreServerConfig) -> None:
         from clickhouse_driver import Client  # imported late: only the server store needs it
 
+        if config.ca_certs and not Path(config.ca_certs).is_file():
+            raise ConfigError(f"[store.server].ca_certs: {config.ca_certs} is not a readable file")
+        try:
+            password = config.password()
+        except ConfigError as e:
+            raise StoreError(f"{e}: export the ClickHouse password for user {config.user!r} in it") from None
         self.config = config
         self.address = config.address
         self.database = config.database
@@ -243,7 +150,7 @@ class ServerStore:
             port=config.effective_port,
             database=config.database,
             user=config.user,
-            password=config.password(),
+            password=password,
             secure=config.secure,
             verify=config.verify,
             ca_certs=config.ca_certs or None,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 
+from contracts.config import StoreServerConfig
 from pipeline.store import Store, StoreError
 
 
-def open_store(kind: str, path: str | os.PathLike, server: dict | None = None) -> Store:
+def open_store(kind: str, path: str | os.PathLike, server: StoreServerConfig | None = None) -> Store:
     """The store named by configuration: "chdb" in directory `path`, or "server", a ClickHouse server
     described by the `[store.server]` table (pipeline/server_store.py, docs/clickhouse-server.md)."""
     if kind == "chdb":
@@ -16,7 +17,7 @@ def open_store(kind: str, path: str | os.PathLike, server: dict | None = None) -
 
         return ChdbStore(path)
     if kind == "server":
-        from pipeline.server_store import ServerConfig, ServerStore  # the driver loads only when used
+        from pipeline.server_store import ServerStore  # the driver loads only when used
 
-        return ServerStore(ServerConfig.parse(server or {}))
+        return ServerStore(server or StoreServerConfig())
     raise StoreError(f"store kind {kind!r} is not known; use 'chdb' or 'server'")

@@ -27,138 +27,43 @@ are read when a client is made and are never logged or shown in a repr.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
+import msgspec
+
+from contracts.config import ConfigError, KafkaConfig, secret
 from contracts.schema import KINDS, topic_for
+from contracts.strict import build
 from transport.base import Record, TransportError
 
 log = logging.getLogger(__name__)
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
-"""SASL_PLAINTEXT is left out on purpose: with PLAIN it sends the password in clear text."""
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-COMPRESSIONS = ("zstd", "lz4")
-_SECRET_KEYS = (
-    "password",
-    "sasl_password",
-    "sasl_plain_password",
-    "ssl_password",
-    "sasl_username",
-    "sasl_plain_username",
-    "username",
-)
-"""Keys refused in the file: each has an `<key>_env` form that names an environment variable."""
 
-
-@dataclass(frozen=True)
-class KafkaSettings:
-    """The `[transport.kafka]` table: where the brokers are, how to authenticate, producer tuning.
+class KafkaSettings(KafkaConfig, frozen=True):
+    """The `[transport.kafka]` table (contracts.config.KafkaConfig: its keys, bounds and checks) with
+    what this transport makes of it.
 
     Only names of environment variables are stored here, never their values, so printing or logging
     a KafkaSettings cannot leak a secret.
     """
 
-    bootstrap: str
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username_env: str | None = None
-    sasl_password_env: str | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    ssl_password_env: str | None = None
-    ssl_check_hostname: bool = True
-    client_id: str = "goodput"
-    group_id: str = "goodput-loader"
-    compression: str = "zstd"
-    linger_ms: int = 50
-    batch_size: int = 256 * 1024
-    max_in_flight: int = 5
-    delivery_timeout_ms: int = 120_000
-    request_timeout_ms: int = 30_000
-    bootstrap_timeout_ms: int = 30_000
-    """How long making a client waits for the first broker answer before raising TransportError."""
-    retry_backoff_ms: int = 200
-    reconnect_backoff_max_ms: int = 5_000
-    """Cap of the (jittered, exponential) reconnect backoff: kafka-python's 30 s default would leave
-    agents idle up to half a minute after the brokers are back."""
-    max_block_ms: int = 10_000
-    max_pending_bytes: int = 64 * 1024 * 1024
-    session_timeout_ms: int = 10_000
-    """Consumer group: how long a loader that stopped heartbeating (crashed, SIGKILLed) keeps its
-    partitions before they move to the others. Kafka's 45 s default means 45 s of no loading after a
-    crash; heartbeats come from a background thread, so a long insert does not trip a short timeout."""
-    heartbeat_interval_ms: int = 3_000
-    max_poll_interval_ms: int = 300_000
-    """Consumer group: longest gap between polls (one load, retries of a failing store included)
-    before the member is considered stuck and its partitions are reassigned."""
-
     @classmethod
-    def from_config(cls, cfg: "KafkaSettings | Mapping[str, Any] | str") -> "KafkaSettings":
-        """From a config table (or a bare "host:port,host:port" bootstrap string). Raises ValueError
-        naming the offending key, so a typo in the file is not silently ignored."""
+    def from_config(cls, cfg: "KafkaConfig | Mapping[str, Any] | str") -> "KafkaSettings":
+        """From the config's table, a TOML-shaped mapping, or a bare "host:port,host:port" bootstrap
+        string. Raises ConfigError naming the offending key, and when no bootstrap is given."""
         if isinstance(cfg, KafkaSettings):
             return cfg
-        if isinstance(cfg, str):
-            cfg = {"bootstrap": cfg}
-        data = dict(cfg)
-        for key in _SECRET_KEYS:
-            if key in data:
-                raise ValueError(
-                    f"transport.kafka.{key}: secrets are not read from the config file; put the value in "
-                    f"an environment variable and name that variable in `{_env_key(key)}`"
-                )
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"transport.kafka: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        if isinstance(cfg, KafkaConfig):
+            s = cls(**msgspec.structs.asdict(cfg))
+        else:
+            s = build(cls, {"bootstrap": cfg} if isinstance(cfg, str) else dict(cfg), ("transport", "kafka"))
+        if not s.bootstrap:
+            raise ConfigError(
+                "[transport.kafka].bootstrap is required: a comma-separated list of host:port "
+                "(or GOODPUT_KAFKA_BOOTSTRAP)"
             )
-        if not data.get("bootstrap"):
-            raise ValueError("transport.kafka.bootstrap is required: a comma-separated list of host:port")
-        s = cls(**data)
-        s._validate()
         return s
-
-    def _validate(self) -> None:
-        if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(
-                f"transport.kafka.security_protocol={self.security_protocol!r}; "
-                f"one of {', '.join(SECURITY_PROTOCOLS)}"
-            )
-        if self.security_protocol == "SASL_SSL":
-            if self.sasl_mechanism not in SASL_MECHANISMS:
-                raise ValueError(
-                    f"transport.kafka.sasl_mechanism={self.sasl_mechanism!r}: SASL_SSL needs one of "
-                    f"{', '.join(SASL_MECHANISMS)}"
-                )
-            if not (self.sasl_username_env and self.sasl_password_env):
-                raise ValueError(
-                    "transport.kafka: SASL_SSL needs sasl_username_env and sasl_password_env "
-                    "(names of environment variables holding the credentials)"
-                )
-        elif self.sasl_mechanism is not None:
-            raise ValueError(
-                f"transport.kafka.sasl_mechanism is set but security_protocol is "
-                f"{self.security_protocol}; use SASL_SSL"
-            )
-        if self.compression not in COMPRESSIONS:
-            raise ValueError(
-                f"transport.kafka.compression={self.compression!r}; one of {', '.join(COMPRESSIONS)}"
-            )
-        if not 1 <= self.max_in_flight <= 5:
-            raise ValueError(
-                "transport.kafka.max_in_flight must be 1..5: more turns the idempotent producer off"
-            )
-        if self.delivery_timeout_ms < self.request_timeout_ms + self.linger_ms:
-            raise ValueError("transport.kafka.delivery_timeout_ms must be >= request_timeout_ms + linger_ms")
-        if not 3 * self.heartbeat_interval_ms <= self.session_timeout_ms:
-            raise ValueError(
-                "transport.kafka.heartbeat_interval_ms must be at most a third of session_timeout_ms"
-            )
 
     @property
     def servers(self) -> list[str]:
@@ -167,7 +72,6 @@ class KafkaSettings:
     def client_kwargs(self, env: Mapping[str, str] | None = None) -> dict[str, Any]:
         """Connection and security options common to producer, consumer and admin client, with the
         secrets read from the environment now. The result holds secrets: never log it."""
-        env = os.environ if env is None else env
         kw: dict[str, Any] = {
             "bootstrap_servers": self.servers,
             "security_protocol": self.security_protocol,
@@ -182,11 +86,11 @@ class KafkaSettings:
                 if getattr(self, name):
                     kw[name] = getattr(self, name)
             if self.ssl_password_env:
-                kw["ssl_password"] = _secret(env, self.ssl_password_env, "ssl_password_env")
+                kw["ssl_password"] = _secret(self.ssl_password_env, "ssl_password_env", env)
         if self.security_protocol == "SASL_SSL":
             kw["sasl_mechanism"] = self.sasl_mechanism
-            kw["sasl_plain_username"] = _secret(env, self.sasl_username_env, "sasl_username_env")
-            kw["sasl_plain_password"] = _secret(env, self.sasl_password_env, "sasl_password_env")
+            kw["sasl_plain_username"] = _secret(self.sasl_username_env, "sasl_username_env", env)
+            kw["sasl_plain_password"] = _secret(self.sasl_password_env, "sasl_password_env", env)
         return kw
 
     def what_to_check(self) -> str:
@@ -207,13 +111,12 @@ class KafkaSettings:
         return hint + " (transport.kafka in the config)"
 
 
-def _env_key(key: str) -> str:
-    return {
-        "password": "sasl_password_env",
-        "sasl_plain_password": "sasl_password_env",
-        "sasl_plain_username": "sasl_username_env",
-        "username": "sasl_username_env",
-    }.get(key, f"{key}_env")
+def _secret(var: str, key: str, env: Mapping[str, str] | None) -> str:
+    """contracts.config.secret, failing as a TransportError: the client cannot be made without it."""
+    try:
+        return secret(var, f"[transport.kafka].{key}", env)
+    except ConfigError as e:
+        raise TransportError(str(e)) from None
 
 
 def _why(e: BaseException) -> str:
@@ -221,15 +124,6 @@ def _why(e: BaseException) -> str:
     text = str(e)
     name = type(e).__name__
     return text if text.startswith(name) else f"{name}: {text}" if text else name
-
-
-def _secret(env: Mapping[str, str], var: str | None, key: str) -> str:
-    value = env.get(var or "")
-    if not value:
-        raise TransportError(
-            f"environment variable {var!r} (named by transport.kafka.{key}) is not set or empty"
-        )
-    return value
 
 
 class KafkaSendError(TransportError):

@@ -8,11 +8,10 @@ the analyzers must recover it from counters and events alone, as they would on a
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from contracts.catalog import CATEGORIES
@@ -61,10 +60,7 @@ class SimConfig:
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides) -> "SimConfig":
-        known = set(cls.__dataclass_fields__)
-        knobs: dict[str, Any] = {
-            k: (tuple(v) if isinstance(v, list) else v) for k, v in cfg.simulation.items() if k in known
-        }
+        knobs = msgspec.structs.asdict(cfg.simulation)
         knobs.update(overrides)
         return cls(**knobs)
 
@@ -169,13 +165,13 @@ def scaled_config(config: Config, gpus: int) -> Config:
         stem = p.nodes[0].rstrip("0123456789")
         width = len(p.nodes[0]) - len(stem)
         pools.append(
-            dataclasses.replace(
+            msgspec.structs.replace(
                 p,
                 nodes=tuple(f"{stem}{i:0{width}d}" for i in range(1, n + 1)),
                 storage_ceiling_bytes_per_s=p.storage_ceiling_bytes_per_s * n / len(p.nodes),
             )
         )
-    return dataclasses.replace(config, pools=tuple(pools))
+    return msgspec.structs.replace(config, pools=tuple(pools))
 
 
 def _fraction_over(capacity: float, demand: np.ndarray) -> np.ndarray:

@@ -36,10 +36,10 @@ def messages(
     cfg, config = res.cfg, res.config
     st = SignalState(res)
     seq: dict[tuple[str, str], int] = defaultdict(int)
-    sender = config.control_nodes[0] if config.control_nodes else "scheduler"
+    sender = config.cluster.control_nodes[0] if config.cluster.control_nodes else "scheduler"
     node_pool = config.node_pool()
     uuids = [
-        [f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{config.cluster}.{n}.{g}')}" for g in range(8)]
+        [f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{config.cluster.name}.{n}.{g}')}" for g in range(8)]
         for n in res.node_names
     ]
     events = res.events
@@ -50,7 +50,7 @@ def messages(
         key = (node, kind)
         value = encode_batch(
             kind=kind,
-            cluster=config.cluster,
+            cluster=config.cluster.name,
             node=node,
             seq=seq[key],
             sent_ms=cfg.start_ms + t1 * 1000,

@@ -77,8 +77,8 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
         ),
         catalog.DIM_ACCOUNTS: pa.table(
             {
-                "account": [a for accts in cfg.teams.values() for a in accts],
-                "team": [t for t, accts in cfg.teams.items() for _ in accts],
+                "account": [a for accts in cfg.teams.accounts.values() for a in accts],
+                "team": [t for t, accts in cfg.teams.accounts.items() for _ in accts],
             }
         ),
     }
@@ -88,17 +88,14 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
 
 
 def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", cfg.cluster) or not re.fullmatch(
-        r"[A-Za-z0-9_.-]+", cfg.default_team
-    ):
-        raise ValueError(
-            f"cluster {cfg.cluster!r} / default team {cfg.default_team!r}: use letters, digits, . _ -"
-        )
+    cluster, default_team = cfg.cluster.name, cfg.teams.default_team
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", cluster) or not re.fullmatch(r"[A-Za-z0-9_.-]+", default_team):
+        raise ValueError(f"cluster {cluster!r} / default team {default_team!r}: use letters, digits, . _ -")
     a = cfg.analyzer
     cats = catalog.CATEGORIES
     return {
-        "cluster": cfg.cluster,
-        "default_team": cfg.default_team,
+        "cluster": cluster,
+        "default_team": default_team,
         "start": str(int(start_ms)),
         "end": str(int(end_ms)),
         "W": str(int(a.window_s * 1000)),

@@ -62,9 +62,6 @@ class AgentOnlyNode(FixtureNode):
         super().__init__(root, bootstrap)
         self.venv = venv
         self.fake_path = _fake_pynvml_path(root / "fake-nvml")
-        # The agent imports `pynvml` by its plain name: the fake on the path, not a configured module.
-        text = self.config.read_text().replace('nvml_module = "tests.agents.fake_nvml_module"\n', "")
-        self.config.write_text(text)
 
     def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(self.fake_path), GOODPUT_FAKE_GPUS=str(self.gpus))

@@ -2,28 +2,34 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.config import DEFAULT_INTERVALS_S, parse_address, parse_agent
+from agents.config import agent_config
 from agents.daemon import columns
 from agents.metrics import AgentMetrics
 from agents.sender import SpoolSender
 from agents.seqstate import AgentStateError, SeqState
 from agents.spool import Spool
-from contracts.config import ConfigError
+from contracts.config import AgentConfig, ConfigError, apply_env, parse, parse_address
 from transport.base import TransportError
 from transport.kafka import KafkaSendError
 
 # ------------------------------------------------------------------ config
 
 
+def parse_agent(table: dict, env: dict, node: str | None = None) -> AgentConfig:
+    """The agent's settings from an `[agent]` table, as `goodput agent` settles them."""
+    return agent_config(apply_env(parse({"agent": table}), env), node)
+
+
 def test_agent_config_defaults_and_precedence():
     cfg = parse_agent({}, env={}, node=None)
-    assert cfg.intervals_s == DEFAULT_INTERVALS_S and cfg.interval_s("job") == 5.0
+    assert cfg.interval_s("gpu") == 1.0 and cfg.interval_s("job") == 5.0
     assert "nvml" in cfg.collectors and "slurm" not in cfg.collectors
     assert parse_agent({"node": "from-file"}, env={"GOODPUT_NODE": "from-env"}).node == "from-env"
     assert parse_agent({"node": "from-file"}, env={"GOODPUT_NODE": "from-env"}, node="flag").node == "flag"
@@ -32,22 +38,32 @@ def test_agent_config_defaults_and_precedence():
     assert cfg.interval_s("gpu") == 0.5 and cfg.interval_s("nic") == 1.0 and cfg.spool_fsync == "always"
 
 
+def test_agent_intervals_are_the_signal_kinds():
+    from contracts.config import AgentIntervals
+    from contracts.schema import KINDS
+
+    assert AgentIntervals.__struct_fields__ == tuple(KINDS)
+
+
 @pytest.mark.parametrize(
     "table, message",
     [
-        ({"colectors": ["nvml"]}, "unknown key(s) colectors"),
-        ({"collectors": ["nvml", "dcgm"]}, "unknown dcgm"),
-        ({"intervals": {"gpus": 1}}, "gpus: not a signal kind"),
-        ({"intervals": {"gpu": 0}}, "seconds between"),
+        ({"colectors": ["nvml"]}, "[agent].colectors: unknown key; did you mean 'collectors'?"),
+        ({"collectors": ["nvml", "dcgm"]}, "[agent].collectors[1]: invalid enum value 'dcgm'"),
+        ({"intervals": {"gpus": 1}}, "[agent.intervals].gpus: unknown key; did you mean 'gpu'?"),
+        ({"intervals": {"gpu": 0}}, "[agent.intervals].gpu: expected float >= 0.05"),
         ({"spool_fsync": "sometimes"}, "spool_fsync"),
+        ({"spool_fsync": 0}, "spool_fsync"),
         ({"spool_max_bytes": "1G"}, "spool_max_bytes: expected int"),
         ({"metrics_address": "9477"}, "expected host:port"),
         ({"collectors": ["jobfile"]}, "needs job_file"),
         ({"log_format": "xml"}, "log_format"),
+        ({"nvml_module": "pynvml"}, "[agent].nvml_module: unknown key"),
+        ({"disk_exclude": "("}, "disk_exclude: not a regular expression"),
     ],
 )
 def test_agent_config_refuses_mistakes_by_name(table, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         parse_agent(table, env={})
 
 
@@ -252,14 +268,12 @@ def test_samples_exported_with_labels_scale_and_vanish_when_forgotten():
 
 
 def test_the_example_configs_agent_table_states_the_defaults():
-    import dataclasses
     import tomllib
 
-    from agents.config import AgentConfig
     from contracts.config import EXAMPLE_CONFIG
 
     table = tomllib.loads(EXAMPLE_CONFIG.read_text())["agent"]
-    assert parse_agent(table, env={}, node="n") == dataclasses.replace(AgentConfig(), node="n")
+    assert parse_agent(table, env={}, node="n") == AgentConfig(node="n")
 
 
 def test_the_agent_loads_no_columnar_stack():

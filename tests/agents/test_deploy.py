@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents.config import AgentConfig, parse_address, parse_agent
-from contracts.config import parse
+from agents.config import agent_config
+from contracts.config import AgentConfig, apply_env, parse, parse_address
 from transport.kafka import KafkaSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "agents" / "deploy"
@@ -50,8 +50,8 @@ def test_systemd_unit_gives_the_agent_time_to_flush_and_keeps_its_state():
 def test_daemonset_mounts_what_its_config_reads():
     config_map, daemonset = list(yaml.safe_load_all((DEPLOY / "daemonset.yaml").read_text()))
     toml = tomllib.loads(config_map["data"]["goodput.toml"])
-    cfg = parse(toml, "daemonset ConfigMap")
-    agent = parse_agent(toml["agent"], env={"GOODPUT_NODE": "gpu-001"})
+    cfg = apply_env(parse(toml, "daemonset ConfigMap"), {"GOODPUT_NODE": "gpu-001"})
+    agent = agent_config(cfg)
     spec = daemonset["spec"]["template"]["spec"]
     assert spec["hostNetwork"] is True and spec["hostPID"] is True
     container = spec["containers"][0]

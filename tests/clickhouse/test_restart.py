@@ -17,7 +17,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from pipeline.server_store import ServerConfig, ServerStore
+from pipeline.server_store import ServerStore
 from pipeline.store import StoreError
 
 pytestmark = pytest.mark.clickhouse_server
@@ -41,7 +41,7 @@ def _batch(b: int) -> pa.Table:
 
 def test_server_killed_and_restarted_mid_load_loses_nothing(clickhouse_server, caplog):
     caplog.set_level(logging.WARNING, logger="goodput.store.server")
-    store = ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+    store = ServerStore(clickhouse_server.store_config())
     name = f"restart_{uuid.uuid4().hex[:8]}"
     store.execute(
         f"CREATE TABLE {name} (id Int64, node String, value Float64) ENGINE = ReplacingMergeTree ORDER BY id"
@@ -93,7 +93,7 @@ def test_server_killed_and_restarted_mid_load_loses_nothing(clickhouse_server, c
 def test_insert_select_cut_off_by_a_crash_is_reported_not_retried(clickhouse_server):
     """The analyzers' INSERT ... SELECT may have been applied when the connection breaks; a blind retry
     could double an output table, so the store says so and leaves the rerun to the caller."""
-    store = ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+    store = ServerStore(clickhouse_server.store_config())
     name = f"insel_{uuid.uuid4().hex[:8]}"
     store.execute(f"CREATE TABLE {name} (n UInt64) ENGINE = MergeTree ORDER BY n")
     killer = threading.Timer(0.5, clickhouse_server.stop, kwargs={"kill": True})  # SIGKILL needs no parent

@@ -14,7 +14,7 @@ import pytest
 
 from contracts import catalog
 from pipeline import ddl
-from pipeline.server_store import ServerConfig, ServerStore
+from pipeline.server_store import ServerStore
 from pipeline.store import StoreError
 from pipeline.stores import open_store
 from tests.fixtures.clickhouse import PASSWORD, PASSWORD_ENV
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.clickhouse_server
 
 @pytest.fixture
 def store(clickhouse_server):
-    s = ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+    s = ServerStore(clickhouse_server.store_config())
     yield s
     s.close()
 
@@ -126,7 +126,7 @@ def test_empty_result_keeps_its_schema(store):
 def test_wrong_password_names_user_and_host_not_the_password(clickhouse_server, monkeypatch):
     monkeypatch.setenv(PASSWORD_ENV, "not-the-" + PASSWORD)
     with pytest.raises(StoreError) as e:
-        ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+        ServerStore(clickhouse_server.store_config())
     msg = str(e.value)
     assert f"127.0.0.1:{clickhouse_server.tcp_port}" in msg
     assert "'default'" in msg and "wrong password" in msg and PASSWORD_ENV in msg
@@ -136,12 +136,12 @@ def test_wrong_password_names_user_and_host_not_the_password(clickhouse_server, 
 def test_unset_password_variable_is_named(clickhouse_server, monkeypatch):
     monkeypatch.delenv(PASSWORD_ENV)
     with pytest.raises(StoreError, match=f"environment variable {PASSWORD_ENV} .* is not set"):
-        ServerStore(ServerConfig.parse(clickhouse_server.store_config()))
+        ServerStore(clickhouse_server.store_config())
 
 
 def test_missing_database_says_how_to_create_it(clickhouse_server):
     with pytest.raises(StoreError, match="CREATE DATABASE goodput_missing"):
-        ServerStore(ServerConfig.parse(clickhouse_server.store_config(database="goodput_missing")))
+        ServerStore(clickhouse_server.store_config(database="goodput_missing"))
 
 
 def test_server_error_names_the_statement_and_is_not_retried(store):
@@ -156,14 +156,14 @@ def test_tls_with_the_servers_ca(clickhouse_server):
     cfg = clickhouse_server.store_config(
         port=clickhouse_server.tcp_secure_port, secure=True, ca_certs=str(clickhouse_server.ca_file)
     )
-    with ServerStore(ServerConfig.parse(cfg)) as s:
+    with ServerStore(cfg) as s:
         assert s.query_arrow("SELECT 42 AS n").column("n")[0].as_py() == 42
 
 
 def test_tls_without_trusting_the_ca_fails_at_once_with_what_to_check(clickhouse_server):
     cfg = clickhouse_server.store_config(port=clickhouse_server.tcp_secure_port, secure=True, retries=5)
     with pytest.raises(StoreError, match="TLS with ClickHouse .* ca_certs") as e:
-        ServerStore(ServerConfig.parse(cfg))
+        ServerStore(cfg)
     assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
 
 
@@ -199,13 +199,13 @@ def test_unreachable_server_fails_after_the_configured_retries(clickhouse_server
         port = s.getsockname()[1]
     cfg = clickhouse_server.store_config(port=port, retries=2, connect_timeout_s=1)
     with pytest.raises(StoreError) as e:
-        ServerStore(ServerConfig.parse(cfg))
+        ServerStore(cfg)
     msg = str(e.value)
     assert f"127.0.0.1:{port}" in msg and "after 3 attempts" in msg and "clickhouse-server runs" in msg
 
 
 def test_a_cluster_store_is_refused_before_any_on_cluster_statement(clickhouse_server):
-    with ServerStore(ServerConfig.parse(clickhouse_server.store_config(cluster="goodput"))) as s:
+    with ServerStore(clickhouse_server.store_config(cluster="goodput")) as s:
         assert s.cluster == "goodput" and s.database == "default"
         with pytest.raises(StoreError, match="version 18.16.1"):
             ddl.migrate(s)

@@ -28,6 +28,7 @@ def doc_examples():
 def test_docs_are_generated_from_the_declarations():
     if os.environ.get("GOODPUT_UPDATE_GOLDEN"):
         docgen.write()
+    assert (DOCS / "config.md").read_text() == docgen.config_md(), "run: python -m pipeline.docgen"
     assert (DOCS / "messages.md").read_text() == docgen.messages_md(), "run: python -m pipeline.docgen"
     assert (DOCS / "clickhouse.md").read_text() == docgen.clickhouse_md(), "run: python -m pipeline.docgen"
     assert (DOCS / "metrics.md").read_text() == docgen.metrics_md(), "run: python -m pipeline.docgen"
