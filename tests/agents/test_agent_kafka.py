@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import Counter
 
 import orjson
 import pytest
@@ -105,7 +106,12 @@ def test_killed_agent_replays_its_spool_after_restart(node, kafka_broker):
     stream = node.read_stream()
     for kind in NODE_KINDS:
         got = seqs(stream[kind])
-        assert got == list(range(node.next_seqs()[kind])), f"{kind}: lost, doubled or reordered"
+        first_seen = list(dict.fromkeys(got))
+        assert first_seen == list(range(node.next_seqs()[kind])), f"{kind}: lost or reordered"
+        # At least once (docs/agent.md): a batch the broker appended while going down, whose ack the
+        # killed agent never saw, is sent again from the spool. Only such batches may repeat.
+        resent = [s for s, n in Counter(got).items() if n > 1]
+        assert all(s < spooled_seqs[kind] for s in resent), f"{kind}: re-sent {resent}, not spooled ones"
         assert node.next_seqs()[kind] > spooled_seqs[kind], (
             "seqs continue after the restart, never restart at 0"
         )
