@@ -77,6 +77,12 @@ def _order_by(kind: Kind) -> str:
     return ", ".join(cols)
 
 
+BATCH_ROW = "batch_row UInt32 DEFAULT 0 CODEC(ZSTD(1))"
+"""The row's position in its batch: with (sender, seq) the order in which a source reported rows, which
+orders job events of the same millisecond (docs/messages.md). Added after schema 1 shipped: `migrate`
+adds it to older stores (their rows read 0, i.e. ordered by seq alone)."""
+
+
 def raw_table_ddl(kind: Kind) -> str:
     cols = [
         "cluster LowCardinality(String)",
@@ -87,7 +93,7 @@ def raw_table_ddl(kind: Kind) -> str:
             cols.append("ts DateTime64(3, 'UTC') CODEC(DoubleDelta, ZSTD(1))")
         else:
             cols.append(f"{f.name} {column_type(f)} CODEC(ZSTD(1))")
-    cols += ["seq UInt64 CODEC(ZSTD(1))", "ingested_at DateTime DEFAULT now() CODEC(ZSTD(1))"]
+    cols += ["seq UInt64 CODEC(ZSTD(1))", BATCH_ROW, "ingested_at DateTime DEFAULT now() CODEC(ZSTD(1))"]
     ttl = EVENT_TTL_DAYS if kind.name in ("job", "step") else RAW_TTL_DAYS
     body = ",\n    ".join(cols)
     return (
@@ -309,6 +315,10 @@ def migrate(store: Store) -> int:
     statements = all_ddl() if cluster is None else cluster_ddl(cluster, store.database)
     for statement in statements:
         store.execute(statement)
+    on = f" ON CLUSTER {cluster}" if cluster is not None and getattr(store, "on_cluster", True) else ""
+    for name in catalog.RAW_TABLES.values():  # stores created before batch_row existed
+        for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
+            store.execute(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {BATCH_ROW} AFTER seq")
     done = (
         store.query_arrow(
             f"SELECT count() AS n FROM {catalog.SCHEMA_MIGRATIONS} "

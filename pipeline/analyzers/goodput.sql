@@ -9,7 +9,8 @@
 CREATE OR REPLACE TABLE tmp_events ENGINE = Memory AS
 SELECT job_id, toUnixTimestamp64Milli(ts) AS t, event, attempt, ifNull(account, '') AS account,
        ifNull(queue, '') AS queue, ifNull(priority, 0) AS priority, ifNull(gpus_requested, 0) AS gpus_requested,
-       ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason
+       ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason,
+       (sender, seq, batch_row) AS o  -- arrival order: orders events of the same millisecond
 FROM raw_job FINAL
 WHERE cluster = '{cluster}' AND ts < fromUnixTimestamp64Milli(toInt64({end}))
   AND job_id IN (
@@ -38,17 +39,17 @@ ASOF LEFT JOIN (SELECT job_id, node, t FROM tmp_events WHERE event = 'released')
     ON a.job_id = r.job_id AND a.node = r.node AND r.t >= a.a0
 LEFT JOIN tmp_job_end AS e ON a.job_id = e.job_id
 ;;
--- 4. Job-level phase segments. Base phases follow the lifecycle events; two overrides apply inside
+-- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
+--    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
+--    by event type (docs/messages.md). Two overrides apply inside
 --    running time: progress lost to a failure (last checkpoint before it → the failure) is retry
 --    waste, and a checkpoint save (its end minus its duration → its end) is checkpoint time.
 CREATE OR REPLACE TABLE tmp_segments ENGINE = Memory AS
 WITH
 base AS (
-    SELECT job_id, arraySort(x -> (x.1, x.2), groupArray((t, rnk, phase, reason))) AS b
+    SELECT job_id, arraySort(x -> (x.1, x.2), groupArray((t, o, phase, reason))) AS b
     FROM (
-        SELECT job_id, t,
-               multiIf(event = 'gang_complete', 1, event = 'running', 2, event IN ('failed', 'preempted'), 3,
-                       event = 'restarted', 4, 5) AS rnk,
+        SELECT job_id, t, (1, o) AS o,
                multiIf(event = 'gang_complete', if(attempt = 1, 'startup', 'retry_waste'),
                        event = 'running', 'run',
                        event IN ('completed', 'cancelled'), 'idle',
@@ -60,7 +61,7 @@ base AS (
         FROM tmp_events
         WHERE event IN ('gang_complete', 'running', 'failed', 'preempted', 'restarted', 'completed', 'cancelled')
         UNION ALL
-        SELECT job_id, min(t), 0, 'gang_wait', 'gang incomplete' FROM tmp_events
+        SELECT job_id, min(t), (0, ('', toUInt64(0), toUInt32(0))), 'gang_wait', 'gang incomplete' FROM tmp_events
         WHERE event = 'allocated' GROUP BY job_id
     ) GROUP BY job_id
 ),
