@@ -123,16 +123,17 @@ FROM tmp_pieces
 ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS wi
 ;;
 -- 7. GPU busy level per (job, GPU, window), from the samples inside running pieces only, so that a
---    window half in startup does not dilute the running half.
+--    window half in startup does not dilute the running half. A sample with ts T describes the second
+--    (T-1s, T]: it is filed at t = T - 1 ms, in the window and piece holding that instant.
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
        avg(g.busy) AS b, count() AS n, groupBitOr(g.thr) AS thr,
        quantilesState({percentile_levels})(g.busy) AS q
-FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) AS t, coalesce(sm_active_pct, util_gpu_pct) AS busy,
+FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t, coalesce(sm_active_pct, util_gpu_pct) AS busy,
              ifNull(throttle_reasons, 0) AS thr
       FROM raw_gpu FINAL
-      WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
-        AND ts < fromUnixTimestamp64Milli(toInt64({end}))) AS g
+      WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli(toInt64({start}))
+        AND ts <= fromUnixTimestamp64Milli(toInt64({end}))) AS g
 ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run') AS p
     ON g.node = p.node AND g.gpu = p.gpu AND g.t >= p.o0
 WHERE g.t < p.o1 AND g.busy IS NOT NULL
@@ -155,13 +156,13 @@ FROM (
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
-    SELECT node, intDiv(toUnixTimestamp64Milli(ts), {W}) AS wi,
+    SELECT node, intDiv(toUnixTimestamp64Milli(ts) - 1, {W}) AS wi,
            sumIf(read_bytes_per_s, source IN ('nfs', 'lustre'))
                / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
            maxIf(psi_some_pct, source = 'psi') AS psi
     FROM raw_storage FINAL
-    WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
-      AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+    WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli(toInt64({start}))
+      AND ts <= fromUnixTimestamp64Milli(toInt64({end}))
     GROUP BY node, wi
 ),
 pool_storage AS (
@@ -172,12 +173,12 @@ pool_storage AS (
 ),
 net AS (
     SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
-        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts), {W}) AS wi,
+        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - 1, {W}) AS wi,
                avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(cnp_handled_per_s) AS cnp,
                avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
         FROM raw_nic FINAL
-        WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
-          AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+        WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli(toInt64({start}))
+          AND ts <= fromUnixTimestamp64Milli(toInt64({end}))
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )
