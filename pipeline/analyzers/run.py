@@ -5,6 +5,9 @@ Re-running a range replaces its outputs, so a late batch or a changed config is 
 range again. Replacing means deleting rows first; on the cluster layout (pipeline/ddl.py) those deletes
 go to the local tables ON CLUSTER (`ddl.delete_target`), while reads and inserts keep the Distributed
 tables under the catalog names, so the same SQL means the same on one server and on a cluster.
+
+Each run names its temp tables with its own run id (tmp_events_<run id>, ...), so two runs on one server
+never overwrite each other's, and drops them when it ends, failed or not.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -122,23 +126,34 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def alive_jobs(store: Store) -> list[str]:
+def alive_jobs(store: Store, run_id: str = "") -> list[str]:
     """What rollups.sql's `job_id IN ({alive_jobs})` reads, one entry per statement: the jobs of the range.
 
     On one server that is the subquery over tmp_events itself. On the cluster layout those DELETEs run
     on every shard's local table, where the initiator's tmp_ tables do not exist and where replicated
     tables accept only deterministic mutations, so the ids are spelled out, JOBS_PER_DELETE per
     statement; no jobs, no statement."""
+    jobs = temp_names(ALIVE_JOBS, run_id)
     if ddl.delete_target(store, catalog.JOB_SUMMARY) is None:
-        return [ALIVE_JOBS]
-    ids = [_quote(j) for j in store.query_arrow(f"{ALIVE_JOBS} ORDER BY job_id").column("job_id").to_pylist()]
+        return [jobs]
+    ids = [_quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
     return [", ".join(ids[i : i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
 
 
+_TEMP = re.compile(r"\b(" + "|".join(TEMP_TABLES) + r")\b")
+
+
+def temp_names(sql: str, run_id: str) -> str:
+    """`sql` with every temp table renamed to its run's own (tmp_events -> tmp_events_<run_id>): two runs
+    on one server never read or drop each other's."""
+    return _TEMP.sub(lambda m: f"{m[1]}_{run_id}", sql) if run_id else sql
+
+
 def statements(name: str, params: dict) -> list[str]:
-    """The statements of one SQL file with its placeholders filled; a statement naming {alive_jobs} comes
-    once per entry of params["alive_jobs"] (see `alive_jobs`)."""
-    text = (HERE / name).read_text()
+    """The statements of one SQL file with its placeholders filled and its temp tables named for the run
+    (params["run_id"]); a statement naming {alive_jobs} comes once per entry of params["alive_jobs"]
+    (see `alive_jobs`)."""
+    text = temp_names((HERE / name).read_text(), params.get("run_id", ""))
     body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     out = []
     for s in (s.strip() for s in body.split(";;") if s.strip()):
@@ -154,19 +169,24 @@ def run(store: Store, cfg: Config, start_ms: int, end_ms: int) -> dict[str, floa
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
+    run_id = uuid.uuid4().hex[:12]
     params = {
         **_params(cfg, start_ms, end_ms),
+        "run_id": run_id,
         "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
     }
     try:
         for name in ("goodput.sql", "rollups.sql"):
             if name == "rollups.sql":  # its deletes name the jobs goodput.sql has just read
-                params["alive_jobs"] = alive_jobs(store)
+                params["alive_jobs"] = alive_jobs(store, run_id)
             for sql in statements(name, params):
                 store.execute(sql)
             timings[name] = time.perf_counter() - t
             t = time.perf_counter()
     finally:
         for tmp in TEMP_TABLES:
-            store.execute(f"DROP TABLE IF EXISTS {tmp}")
+            try:
+                store.execute(f"DROP TABLE IF EXISTS {tmp}_{run_id}")
+            except Exception:  # the store itself failed: the original error is the one to see
+                log.warning("could not drop temp table %s_%s", tmp, run_id, exc_info=True)
     return timings
