@@ -30,14 +30,64 @@ SELECT job_id,
                toInt64({end})) AS end_t
 FROM tmp_events GROUP BY job_id
 ;;
--- 3. Allocation intervals per GPU: from `allocated` to the next `released` of that node, or the job's end.
+-- 3. Allocation intervals per GPU: from `allocated` to the next `released` naming that GPU (or the whole
+--    node) of the job, even after the job ended (held after completed: idle); without a release, until the
+--    job's end, or the end of the range for a job still open. An `allocated` without GPU indices means
+--    the node's GPUs (dim_nodes). One owner per GPU and instant: where allocations of a GPU overlap (a
+--    stale allocation, a fast requeue), the later allocation owns it from its start, and the earlier one
+--    ends there; allocations starting in the same millisecond go to the greatest job id. The later
+--    allocations are looked up among all jobs of the cluster, so the cut does not depend on the range.
 CREATE OR REPLACE TABLE tmp_alloc ENGINE = Memory AS
-SELECT a.job_id AS job_id, a.node AS node, toInt64(a.gpu) AS gpu, a.a0 AS a0,
-       least(if(r.t > 0, r.t, toInt64({end})), e.end_t, toInt64({end})) AS a1
-FROM (SELECT job_id, node, arrayJoin(gpu_indices) AS gpu, t AS a0 FROM tmp_events WHERE event = 'allocated') AS a
-ASOF LEFT JOIN (SELECT job_id, node, t FROM tmp_events WHERE event = 'released') AS r
-    ON a.job_id = r.job_id AND a.node = r.node AND r.t >= a.a0
-LEFT JOIN tmp_job_end AS e ON a.job_id = e.job_id
+WITH
+mine AS (
+    SELECT e.job_id AS job_id, e.attempt AS attempt, e.node AS node, e.t AS a0,
+           toInt64(arrayJoin(if(empty(e.gpu_indices), arrayMap(x -> toInt32(x), range(toUInt64(ifNull(d.gpus_per_node, 0)))),
+                                e.gpu_indices))) AS gpu
+    FROM tmp_events AS e LEFT JOIN dim_nodes AS d ON e.node = d.node
+    WHERE e.event = 'allocated'
+    SETTINGS join_use_nulls = 1
+),
+everyone AS (
+    SELECT r.job_id AS job_id, ifNull(r.node, '') AS node, toUnixTimestamp64Milli(r.ts) AS a0,
+           toInt64(arrayJoin(if(empty(r.gpu_indices), arrayMap(x -> toInt32(x), range(toUInt64(ifNull(d.gpus_per_node, 0)))),
+                                r.gpu_indices))) AS gpu
+    FROM raw_job AS r FINAL LEFT JOIN dim_nodes AS d ON ifNull(r.node, '') = d.node
+    WHERE r.cluster = '{cluster}' AND r.event = 'allocated' AND r.node IN (SELECT node FROM mine)
+      AND r.ts >= fromUnixTimestamp64Milli((SELECT min(a0) FROM mine))
+    SETTINGS join_use_nulls = 1
+),
+ties AS (
+    SELECT node, gpu, a0, max(job_id) AS top FROM everyone GROUP BY node, gpu, a0 HAVING uniqExact(job_id) > 1
+),
+rel AS (
+    SELECT job_id, node, toInt64(arrayJoin(if(empty(gpu_indices), [-1], gpu_indices))) AS gpu, t
+    FROM tmp_events WHERE event = 'released'
+),
+held AS (
+    SELECT m.job_id AS job_id, m.attempt AS attempt, m.node AS node, m.gpu AS gpu, m.a0 AS a0,
+           if(r.t > 0, r.t, toInt64(0)) AS rel_gpu
+    FROM mine AS m ASOF LEFT JOIN (SELECT * FROM rel WHERE gpu >= 0) AS r
+        ON m.job_id = r.job_id AND m.node = r.node AND m.gpu = r.gpu AND r.t >= m.a0
+),
+held2 AS (
+    SELECT h.*, if(r.t > 0, r.t, toInt64(0)) AS rel_node
+    FROM held AS h ASOF LEFT JOIN (SELECT job_id, node, t FROM rel WHERE gpu < 0) AS r
+        ON h.job_id = r.job_id AND h.node = r.node AND r.t >= h.a0
+),
+cut AS (
+    SELECT h.*, if(n.a0 > 0, n.a0, toInt64(0)) AS next_a0
+    FROM held2 AS h ASOF LEFT JOIN (SELECT node, gpu, a0 FROM everyone) AS n
+        ON h.node = n.node AND h.gpu = n.gpu AND n.a0 > h.a0
+)
+SELECT c.job_id AS job_id, c.attempt AS attempt, c.node AS node, c.gpu AS gpu, c.a0 AS a0,
+       if(ifNull(tie.top, '') > c.job_id, c.a0,
+          least(multiIf(c.rel_gpu > 0 AND c.rel_node > 0, least(c.rel_gpu, c.rel_node),
+                        c.rel_gpu > 0, c.rel_gpu, c.rel_node > 0, c.rel_node, e.end_t),
+                if(c.next_a0 > 0, c.next_a0, toInt64({end})), toInt64({end}))) AS a1
+FROM cut AS c
+LEFT JOIN tmp_job_end AS e ON c.job_id = e.job_id
+LEFT JOIN ties AS tie ON c.node = tie.node AND c.gpu = tie.gpu AND c.a0 = tie.a0
+SETTINGS join_use_nulls = 1
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
 --    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
@@ -53,12 +103,15 @@ base AS (
                multiIf(event = 'gang_complete', if(attempt = 1, 'startup', 'retry_waste'),
                        event = 'running', 'run',
                        event IN ('completed', 'cancelled'), 'idle',
+                       event IN ('failed', 'preempted') AND t >= end_t, 'idle',
                        'retry_waste') AS phase,
-               multiIf(event IN ('failed', 'preempted'), concat('restart after ', ifNull(reason, event)),
+               multiIf(event IN ('failed', 'preempted') AND t >= end_t,
+                       concat('held after ', event, ': ', ifNull(reason, event)),
+                       event IN ('failed', 'preempted'), concat('restart after ', ifNull(reason, event)),
                        event IN ('completed', 'cancelled'), concat('held after ', event),
                        event = 'gang_complete' AND attempt = 1, 'first attempt startup',
                        event = 'running', 'running', '') AS reason
-        FROM tmp_events
+        FROM tmp_events INNER JOIN tmp_job_end USING (job_id)
         WHERE event IN ('gang_complete', 'running', 'failed', 'preempted', 'restarted', 'completed', 'cancelled')
         UNION ALL
         SELECT job_id, min(t), (0, ('', toUInt64(0), toUInt32(0))), 'gang_wait', 'gang incomplete' FROM tmp_events

@@ -7,7 +7,7 @@ INSERT INTO job_summary (cluster, job_id, account, team, pool, gpus, attempts, f
                          allocated_gpu_seconds, {category_columns}, cost, waste_cost, goodput_pct,
                          sm_active_pct, healthy_busy_pct)
 SELECT '{cluster}', w.job_id, any(w.account), any(w.team), anyHeavy(w.pool),
-       any(ev.gpus), any(ev.attempts), any(ev.first_alloc), max(w.window_start),
+       if(any(ag.gpus) > 0, any(ag.gpus), any(ev.requested)), any(ev.attempts), any(ev.first_alloc), max(w.window_start),
        sum(w.gpu_seconds), {category_sums},
        sum(w.cost), sumIf(w.cost, w.category != 'productive'),
        100 * sumIf(w.gpu_seconds, w.category = 'productive') / greatest(sum(w.gpu_seconds), 1e-9),
@@ -15,9 +15,12 @@ SELECT '{cluster}', w.job_id, any(w.account), any(w.team), anyHeavy(w.pool),
 FROM goodput_windows AS w
 INNER JOIN (SELECT job_id, max(attempt) AS attempts,
                    toDateTime(intDiv(minIf(t, event = 'allocated'), 1000)) AS first_alloc,
-                   8 * uniqExactIf(node, event = 'allocated') AS gpus_nodes,
-                   greatest(max(gpus_requested), toInt64(gpus_nodes)) AS gpus
+                   max(gpus_requested) AS requested
             FROM tmp_events GROUP BY job_id) AS ev ON w.job_id = ev.job_id
+LEFT JOIN (SELECT job_id, max(n) AS gpus FROM (  -- GPUs actually allocated, the most of any attempt
+               SELECT job_id, attempt, uniqExact(node, gpu) AS n FROM tmp_alloc WHERE a1 > a0
+               GROUP BY job_id, attempt)
+           GROUP BY job_id) AS ag ON w.job_id = ag.job_id
 LEFT JOIN tmp_healthy AS h ON w.job_id = h.job_id
 WHERE w.cluster = '{cluster}'
 GROUP BY w.job_id
