@@ -205,7 +205,10 @@ FROM (
     FROM tmp_run_gpu GROUP BY job_id
 )
 ;;
--- 9. Evidence per (node, window): storage at its pool's ceiling or I/O pressure; fabric congestion.
+-- 9. Evidence per (node, window). Storage: the node's own I/O pressure, or its pool's storage at the
+--    ceiling *and* this node among those reading it (at least the pool's mean read rate per node), so
+--    a pool at its ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any
+--    port of the node (xmit_wait, ECN marks, CNPs sent or handled) or transmit near line rate.
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
@@ -219,7 +222,8 @@ storage AS (
     GROUP BY node, wi
 ),
 pool_storage AS (
-    SELECT d.pool AS pool, s.wi AS wi, sum(s.read_rate) / any(p.storage_ceiling_bytes_per_s) AS ratio
+    SELECT d.pool AS pool, s.wi AS wi, sum(s.read_rate) / any(p.storage_ceiling_bytes_per_s) AS ratio,
+           sum(s.read_rate) / greatest(1, any(p.nodes)) AS mean_read
     FROM storage AS s INNER JOIN dim_nodes AS d ON s.node = d.node
     INNER JOIN dim_pools AS p ON d.pool = p.pool
     GROUP BY pool, wi
@@ -227,7 +231,7 @@ pool_storage AS (
 net AS (
     SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
         SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - 1, {W}) AS wi,
-               avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(cnp_handled_per_s) AS cnp,
+               avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))) AS cnp,
                avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
         FROM raw_nic FINAL
         WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli(toInt64({start}))
@@ -236,10 +240,12 @@ net AS (
     ) GROUP BY node, wi
 )
 SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi,
-       (ifNull(ps.ratio, 0) >= {storage_saturation} OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
+       ifNull(ps.ratio, 0) >= {storage_saturation} AND ifNull(s.read_rate, 0) > 0
+           AND ifNull(s.read_rate, 0) >= ps.mean_read AS pool_ev,
+       (pool_ev OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
        (ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
         OR ifNull(n.cnp, 0) >= {cnp_per_s} OR ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}) AS net_ev,
-       multiIf(ifNull(ps.ratio, 0) >= {storage_saturation}, concat('storage of pool ', d.pool, ' at ',
+       multiIf(pool_ev, concat('storage of pool ', d.pool, ' at ',
                toString(round(ps.ratio * 100)), '% of its ceiling'),
                ifNull(s.psi, 0) >= {psi_some_pct}, concat('I/O pressure ', toString(round(s.psi)), '% on ', s.node),
                '') AS storage_why,

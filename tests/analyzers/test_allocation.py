@@ -53,7 +53,8 @@ def test_job_summary_counts_the_gpus_actually_allocated(sc):
                 sc.store.query_arrow("SELECT job_id, gpus FROM job_summary ORDER BY job_id")
                 .to_pydict()
                 .values()
-            )
+            ),
+            strict=True,
         )
     )
     assert gpus == {"j5": 8, "j5b": 8}
