@@ -302,6 +302,17 @@ def delete_target(store: Store, name: str) -> str | None:
     return f"{name}{LOCAL_SUFFIX}{on}"
 
 
+def added_columns(cluster: str | None = None, on_cluster: bool = True) -> list[str]:
+    """Columns added to tables after schema 1 shipped, for stores created before (no-ops elsewhere): on the
+    cluster layout to the local tables and the Distributed tables over them."""
+    on = f" ON CLUSTER {cluster}" if cluster is not None and on_cluster else ""
+    out = []
+    for name in catalog.RAW_TABLES.values():
+        for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
+            out.append(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {BATCH_ROW} AFTER seq")
+    return out
+
+
 def migrate(store: Store) -> int:
     """Creates every table that is missing and records the schema version. Safe to run repeatedly.
 
@@ -315,10 +326,8 @@ def migrate(store: Store) -> int:
     statements = all_ddl() if cluster is None else cluster_ddl(cluster, store.database)
     for statement in statements:
         store.execute(statement)
-    on = f" ON CLUSTER {cluster}" if cluster is not None and getattr(store, "on_cluster", True) else ""
-    for name in catalog.RAW_TABLES.values():  # stores created before batch_row existed
-        for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
-            store.execute(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {BATCH_ROW} AFTER seq")
+    for statement in added_columns(cluster):
+        store.execute(statement)
     done = (
         store.query_arrow(
             f"SELECT count() AS n FROM {catalog.SCHEMA_MIGRATIONS} "

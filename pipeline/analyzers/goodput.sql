@@ -4,22 +4,27 @@
 -- Rows a run replaces are deleted from {delete_from[<table>]}: the table itself on one server, its local
 -- tables ON CLUSTER on the cluster layout (pipeline.ddl.delete_target); reads and inserts name the table.
 -- Times are epoch milliseconds (Int64) throughout; W is the window length in ms.
+-- The range [{start}, {end}) (W-aligned by run.py) only selects jobs: every job whose events overlap it
+-- is classified whole, from its first allocation to its last release, so a job's numbers (healthy
+-- level, phases, windows) never depend on where a range starts or ends. A job still open is classified
+-- up to {as_of}, the end of the data (the latest job event or GPU sample), not the range's end.
+-- Sums are taken over integers (micro-seconds, nano-currency), quantiles are exact and ties are broken
+-- by value, so the same input gives the same tables byte for byte.
 
--- 1. Job events of jobs alive in the range.
+-- 1. Job events of jobs alive in the range: all their events, before and after it.
 CREATE OR REPLACE TABLE tmp_events ENGINE = Memory AS
 SELECT job_id, toUnixTimestamp64Milli(ts) AS t, event, attempt, ifNull(account, '') AS account,
        ifNull(queue, '') AS queue, ifNull(priority, 0) AS priority, ifNull(gpus_requested, 0) AS gpus_requested,
        ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason,
        (sender, seq, batch_row) AS o  -- arrival order: orders events of the same millisecond
 FROM raw_job FINAL
-WHERE cluster = '{cluster}' AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+WHERE cluster = '{cluster}'
   AND job_id IN (
       SELECT job_id FROM raw_job WHERE cluster = '{cluster}'
       GROUP BY job_id
-      HAVING maxIf(ts, event IN ('completed', 'cancelled', 'failed', 'preempted', 'released'))
-             >= fromUnixTimestamp64Milli(toInt64({start}))
-          OR max(ts) >= fromUnixTimestamp64Milli(toInt64({start}))
-          OR countIf(event IN ('completed', 'cancelled')) = 0)
+      HAVING min(ts) < fromUnixTimestamp64Milli(toInt64({end}))
+         AND (max(ts) >= fromUnixTimestamp64Milli(toInt64({start}))
+              OR countIf(event IN ('completed', 'cancelled')) = 0))
 ;;
 -- 2. When each job ended: its completion or cancellation, or a failure with no restart after it.
 CREATE OR REPLACE TABLE tmp_job_end ENGINE = Memory AS
@@ -27,7 +32,7 @@ SELECT job_id,
        multiIf(maxIf(t, event IN ('completed', 'cancelled')) > 0, maxIf(t, event IN ('completed', 'cancelled')),
                maxIf(t, event IN ('failed', 'preempted')) > maxIf(t, event = 'restarted'),
                maxIf(t, event IN ('failed', 'preempted')),
-               toInt64({end})) AS end_t
+               greatest(toInt64({as_of}), max(t))) AS end_t
 FROM tmp_events GROUP BY job_id
 ;;
 -- 3. Allocation intervals per GPU: from `allocated` to the next `released` naming that GPU (or the whole
@@ -83,11 +88,26 @@ SELECT c.job_id AS job_id, c.attempt AS attempt, c.node AS node, c.gpu AS gpu, c
        if(ifNull(tie.top, '') > c.job_id, c.a0,
           least(multiIf(c.rel_gpu > 0 AND c.rel_node > 0, least(c.rel_gpu, c.rel_node),
                         c.rel_gpu > 0, c.rel_gpu, c.rel_node > 0, c.rel_node, e.end_t),
-                if(c.next_a0 > 0, c.next_a0, toInt64({end})), toInt64({end}))) AS a1
+                if(c.next_a0 > 0, c.next_a0, toInt64(9223372036854775807)))) AS a1
 FROM cut AS c
 LEFT JOIN tmp_job_end AS e ON c.job_id = e.job_id
 LEFT JOIN ties AS tie ON c.node = tie.node AND c.gpu = tie.gpu AND c.a0 = tie.a0
 SETTINGS join_use_nulls = 1
+;;
+-- 3b. What the run covers: the samples of its jobs' allocations (lo, hi], and the days whose windows it
+--     rewrites (its jobs' allocations and their windows stored before, plus the range itself).
+CREATE OR REPLACE TABLE tmp_span ENGINE = Memory AS
+WITH old AS (
+    SELECT toInt64(min(toUnixTimestamp(window_start))) * 1000 AS o_lo,
+           toInt64(max(toUnixTimestamp(window_start))) * 1000 AS o_hi, count() AS o_n
+    FROM goodput_windows WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)
+)
+SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
+       least(toInt64({start}), if(count() > 0, min(a0), toInt64({start})),
+             if(any(old.o_n) > 0, any(old.o_lo), toInt64({start}))) AS day_lo,
+       greatest(toInt64({end}), if(count() > 0, max(a1), toInt64({end})),
+                if(any(old.o_n) > 0, any(old.o_hi), toInt64({end}))) AS day_hi
+FROM tmp_alloc CROSS JOIN old
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
 --    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
@@ -141,7 +161,8 @@ ckpt AS (
 points AS (
     SELECT job_id, b, l, k,
            arraySort(arrayDistinct(arrayConcat(arrayMap(x -> x.1, b), arrayMap(x -> x.1, l), arrayMap(x -> x.2, l),
-                                               arrayMap(x -> x.1, k), arrayMap(x -> x.2, k), [toInt64({end})]))) AS pts,
+                                               arrayMap(x -> x.1, k), arrayMap(x -> x.2, k), [greatest(toInt64({as_of}),
+                                               arrayMax(arrayMap(x -> x.1, b)))]))) AS pts,
            arrayFill(x -> x != '', arrayMap(x -> x.4, b)) AS reasons
     FROM base LEFT JOIN lost USING (job_id) LEFT JOIN ckpt USING (job_id)
 )
@@ -161,10 +182,10 @@ ARRAY JOIN arrayMap(i -> (
 ), arrayFilter(i -> arrayLastIndex(x -> x.1 <= pts[i], b) > 0, range(1, toUInt64(length(pts))))) AS seg
 WHERE s0 < s1
 ;;
--- 5. Pieces: one GPU's allocation intersected with one segment, clipped to the range.
+-- 5. Pieces: one GPU's allocation intersected with one segment.
 CREATE OR REPLACE TABLE tmp_pieces ENGINE = Memory AS
 SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, s.phase AS phase, s.evidence AS evidence,
-       greatest(a.a0, s.s0, toInt64({start})) AS o0, least(a.a1, s.s1, toInt64({end})) AS o1
+       greatest(a.a0, s.s0) AS o0, least(a.a1, s.s1) AS o1
 FROM tmp_alloc AS a INNER JOIN tmp_segments AS s ON a.job_id = s.job_id
 WHERE o0 < o1
 ;;
@@ -179,29 +200,33 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    window half in startup does not dilute the running half. A sample with ts T describes the second
 --    (T-1s, T]: it is filed at t = T - 1 ms, in the window and piece holding that instant.
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
+--    Busy levels are summed as integers (milli-percent) and histogrammed at 0.01 % for the exact quantiles.
 SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
-       avg(g.busy) AS b, count() AS n, groupBitOr(g.thr) AS thr,
-       quantilesState({percentile_levels})(g.busy) AS q
-FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t, coalesce(sm_active_pct, util_gpu_pct) AS busy,
-             ifNull(throttle_reasons, 0) AS thr
+       sum(g.bm) AS bsum, count() AS n, bsum / n / 1000 AS b, groupBitOr(g.thr) AS thr,
+       sumMap([toInt32(round(g.bm / 10))], [toUInt64(1)]) AS hist
+FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t,
+             toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm, ifNull(throttle_reasons, 0) AS thr
       FROM raw_gpu FINAL
-      WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli(toInt64({start}))
-        AND ts <= fromUnixTimestamp64Milli(toInt64({end}))) AS g
+      WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
+        AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))) AS g
 ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run') AS p
     ON g.node = p.node AND g.gpu = p.gpu AND g.t >= p.o0
-WHERE g.t < p.o1 AND g.busy IS NOT NULL
+WHERE g.t < p.o1 AND g.bm IS NOT NULL
 GROUP BY job_id, node, gpu, wi
 ;;
 -- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
---    job stalled most of the time still has productive seconds that show its level). First a high
---    percentile p = quantile {healthy_quantile}; then b* = the median of the seconds at or above
---    {healthy_cutoff} x p, i.e. of the healthy seconds, read off the merged percentile grid. The median
---    rather than the percentile itself keeps sample noise from inflating every stall.
+--    job stalled most of the time still has productive seconds that show its level), exact on the 0.01 %
+--    histogram: first p = the {healthy_quantile} quantile (the sample of rank ceil(q n)); then b* = the
+--    (lower) median of the seconds at or above {healthy_cutoff} x p, i.e. of the healthy seconds. The
+--    median rather than the percentile itself keeps sample noise from inflating every stall.
 CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
-SELECT job_id, qs[toUInt64(least(99, greatest(1, round((k + 100) / 2))))] AS b_star, b_mean
+SELECT job_id, ks[arrayFirstIndex(x -> x >= before + intDiv(m + 1, 2), cs)] / 100 AS b_star, b_mean
 FROM (
-    SELECT job_id, quantilesMerge({percentile_levels})(q) AS qs, sum(b * n) / sum(n) AS b_mean,
-           arrayFirstIndex(x -> x >= {healthy_cutoff} * qs[toUInt64(round({healthy_quantile} * 100))], qs) AS k
+    SELECT job_id, sumMap(hist.1, hist.2) AS h, h.1 AS ks, h.2 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
+           ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
+           arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0,
+           cs[i0] - c0[i0] AS before, n - before AS m,
+           sum(bsum) / sum(tmp_run_gpu.n) / 1000 AS b_mean
     FROM tmp_run_gpu GROUP BY job_id
 )
 ;;
@@ -217,8 +242,8 @@ storage AS (
                / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
            maxIf(psi_some_pct, source = 'psi') AS psi
     FROM raw_storage FINAL
-    WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli(toInt64({start}))
-      AND ts <= fromUnixTimestamp64Milli(toInt64({end}))
+    WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
+      AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))
     GROUP BY node, wi
 ),
 pool_storage AS (
@@ -234,8 +259,8 @@ net AS (
                avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))) AS cnp,
                avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
         FROM raw_nic FINAL
-        WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli(toInt64({start}))
-          AND ts <= fromUnixTimestamp64Milli(toInt64({end}))
+        WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
+          AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )
@@ -260,8 +285,8 @@ SETTINGS join_use_nulls = 1
 ;;
 -- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
 CREATE OR REPLACE TABLE tmp_stragglers ENGINE = Memory AS
-SELECT job_id, wi, concat('straggler ', argMax(node, bitAnd(thr, {straggler_mask}) != 0), ' GPU ',
-       toString(argMax(gpu, bitAnd(thr, {straggler_mask}) != 0))) AS why
+SELECT job_id, wi, arraySort(groupArrayIf((node, gpu), bitAnd(thr, {straggler_mask}) != 0))[1] AS first,
+       concat('straggler ', first.1, ' GPU ', toString(first.2)) AS why
 FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}) != 0) > 0
 ;;
 -- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle.
@@ -296,19 +321,26 @@ UNION ALL
 SELECT job_id, node, wi, 'idle', if(no_data, 'no telemetry from node', 'below healthy level, no evidence'), secs * l
 FROM tmp_run_split WHERE l > 0 AND (no_data OR NOT (d_ev OR c_ev))
 ;;
-DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}'
-    AND window_start >= toDateTime(intDiv(toInt64({start}), 1000)) AND window_start < toDateTime(intDiv(toInt64({end}), 1000))
+DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;
+-- 13. One row per (job, window, category): seconds and cost summed as integers (micro-seconds, nano-units
+--     of currency); pool and evidence are those holding the most seconds, ties to the smallest name.
 INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,
                              gpu_seconds, cost, evidence)
-SELECT '{cluster}', c.job_id, toDateTime(intDiv(c.wi * {W}, 1000)), {W} / 1000,
-       ifNull(a.team, '{default_team}'), any(d.pool), any(j.account), c.category,
-       sum(c.secs), sum(c.secs * d.price_per_gpu_hour / 3600), anyHeavy(c.evidence)
-FROM tmp_classified AS c
-LEFT JOIN dim_nodes AS d ON c.node = d.node
-LEFT JOIN (SELECT job_id, anyIf(account, account != '') AS account FROM tmp_events GROUP BY job_id) AS j
-    ON c.job_id = j.job_id
-LEFT JOIN dim_accounts AS a ON j.account = a.account
-WHERE c.secs > 0
-GROUP BY c.job_id, c.wi, c.category, a.team
-SETTINGS join_use_nulls = 1
+SELECT '{cluster}', job_id, toDateTime(intDiv(wi * {W}, 1000)), {W} / 1000, team,
+       (sumMap([pool], [us]) AS pm).1[indexOf(pm.2, arrayMax(pm.2))], account, category,
+       sum(us) / 1e6, sum(nano) / 1e9, (sumMap([evidence], [us]) AS em).1[indexOf(em.2, arrayMax(em.2))]
+FROM (
+    SELECT c.job_id AS job_id, c.wi AS wi, c.category AS category, ifNull(a.team, '{default_team}') AS team,
+           ifNull(j.account, '') AS account, ifNull(d.pool, '') AS pool, c.evidence AS evidence,
+           toInt64(round(c.secs * 1e6)) AS us,
+           toInt64(round(c.secs * ifNull(d.price_per_gpu_hour, 0) / 3600 * 1e9)) AS nano
+    FROM tmp_classified AS c
+    LEFT JOIN dim_nodes AS d ON c.node = d.node
+    LEFT JOIN (SELECT job_id, argMinIf(account, (t, o), account != '') AS account FROM tmp_events
+               GROUP BY job_id) AS j ON c.job_id = j.job_id
+    LEFT JOIN dim_accounts AS a ON j.account = a.account
+    SETTINGS join_use_nulls = 1
+)
+WHERE us > 0
+GROUP BY job_id, wi, category, team, account

@@ -31,6 +31,7 @@ TEMP_TABLES = (
     "tmp_events",
     "tmp_job_end",
     "tmp_alloc",
+    "tmp_span",
     "tmp_segments",
     "tmp_pieces",
     "tmp_piece_windows",
@@ -90,7 +91,9 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
         store.insert_arrow(name, table)
 
 
-def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
+def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[str, str]:
+    """Placeholders of the SQL. The range is widened to whole windows ([floor, ceil) of W), so a window is
+    never half inside it; `as_of_ms` (the end of the data) bounds jobs still open, else the range's end."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", cfg.cluster) or not re.fullmatch(
         r"[A-Za-z0-9_.-]+", cfg.default_team
     ):
@@ -99,15 +102,18 @@ def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
         )
     a = cfg.analyzer
     cats = catalog.CATEGORIES
+    w = int(a.window_s * 1000)
+    start, end = int(start_ms) // w * w, -(-int(end_ms) // w) * w
+    as_of = -(-int(as_of_ms) // w) * w if as_of_ms > 0 else end
     return {
         "cluster": cfg.cluster,
         "default_team": cfg.default_team,
-        "start": str(int(start_ms)),
-        "end": str(int(end_ms)),
-        "W": str(int(a.window_s * 1000)),
+        "start": str(start),
+        "end": str(end),
+        "as_of": str(as_of),
+        "W": str(w),
         "healthy_quantile": repr(float(a.healthy_quantile)),
         "healthy_cutoff": repr(float(a.healthy_cutoff)),
-        "percentile_levels": ", ".join(f"{i / 100:.2f}" for i in range(1, 100)),
         "healthy_tolerance": repr(float(a.healthy_tolerance)),
         "storage_saturation": repr(float(a.storage_saturation)),
         "psi_some_pct": repr(float(a.psi_some_pct)),
@@ -117,7 +123,7 @@ def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
         "cnp_per_s": repr(float(a.cnp_per_s)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
         "category_columns": ", ".join(f"s_{c}" for c in cats),
-        "category_sums": ", ".join(f"sumIf(w.gpu_seconds, w.category = '{c}')" for c in cats),
+        "category_sums": ", ".join(f"sumIf(w.us, w.category = '{c}') / 1e6" for c in cats),
     }
 
 
@@ -149,6 +155,18 @@ def temp_names(sql: str, run_id: str) -> str:
     return _TEMP.sub(lambda m: f"{m[1]}_{run_id}", sql) if run_id else sql
 
 
+def data_end(store: Store, cluster: str) -> int:
+    """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
+    still open are classified up to here, whatever range is asked for."""
+    where = f"WHERE cluster = {_quote(cluster)}"
+    latest = [
+        f"(SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES[k]} {where})"
+        for k in ("job", "gpu")
+    ]
+    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t")
+    return int(t.column("t")[0].as_py() or 0)
+
+
 def statements(name: str, params: dict) -> list[str]:
     """The statements of one SQL file with its placeholders filled and its temp tables named for the run
     (params["run_id"]); a statement naming {alive_jobs} comes once per entry of params["alive_jobs"]
@@ -170,19 +188,26 @@ def run(store: Store, cfg: Config, start_ms: int, end_ms: int) -> dict[str, floa
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
     run_id = uuid.uuid4().hex[:12]
-    params = {
-        **_params(cfg, start_ms, end_ms),
+    params: dict = {
+        **_params(cfg, start_ms, end_ms, data_end(store, cfg.cluster)),
         "run_id": run_id,
         "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
     }
     try:
-        for name in ("goodput.sql", "rollups.sql"):
-            if name == "rollups.sql":  # its deletes name the jobs goodput.sql has just read
-                params["alive_jobs"] = alive_jobs(store, run_id)
-            for sql in statements(name, params):
-                store.execute(sql)
-            timings[name] = time.perf_counter() - t
-            t = time.perf_counter()
+        # the job selection first: the deletes that follow name the jobs it read (alive_jobs)
+        first, *rest = statements("goodput.sql", {**params, "alive_jobs": ["..."]})
+        store.execute(first)
+        params["alive_jobs"] = alive_jobs(store, run_id)
+        for sql in statements("goodput.sql", params)[1:]:
+            store.execute(sql)
+        timings["goodput.sql"] = time.perf_counter() - t
+        t = time.perf_counter()
+        span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
+        for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
+            params[c] = str(int(span.column(c)[0].as_py()))
+        for sql in statements("rollups.sql", params):
+            store.execute(sql)
+        timings["rollups.sql"] = time.perf_counter() - t
     finally:
         for tmp in TEMP_TABLES:
             try:
