@@ -15,7 +15,7 @@
 CREATE OR REPLACE TABLE tmp_events ENGINE = Memory AS
 SELECT job_id, toUnixTimestamp64Milli(ts) AS t, event, attempt, ifNull(account, '') AS account,
        ifNull(queue, '') AS queue, ifNull(priority, 0) AS priority, ifNull(gpus_requested, 0) AS gpus_requested,
-       ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason,
+       ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason, ifNull(source, '') AS source,
        (sender, seq, batch_row) AS o  -- arrival order: orders events of the same millisecond
 FROM raw_job FINAL
 WHERE cluster = '{cluster}'
@@ -109,6 +109,72 @@ SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
                 if(any(old.o_n) > 0, any(old.o_hi), toInt64({end}))) AS day_hi
 FROM tmp_alloc CROSS JOIN old
 ;;
+-- 3c. The real start of attempts whose `running` is coarse: a scheduler (Slurm, Kubernetes) that reports it
+--     when the containers start, in the same millisecond as gang_complete or from a slurm/volcano/kueue
+--     source. Then the first training step (step events: its end minus its duration) marks the start;
+--     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
+--     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
+CREATE OR REPLACE TABLE tmp_start ENGINE = Memory AS
+WITH
+att AS (
+    SELECT r.job_id AS job_id, r.attempt AS attempt, r.t AS run_t,
+           if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
+    FROM (SELECT job_id, attempt, t FROM tmp_events AS e
+          WHERE event = 'running'
+            AND (source IN ('slurm', 'volcano', 'kueue')
+                 OR (job_id, attempt, t) IN (SELECT job_id, attempt, t FROM tmp_events WHERE event = 'gang_complete'))
+         ) AS r
+    ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
+                    WHERE event IN ('failed', 'preempted', 'completed', 'cancelled')) AS x
+        ON r.job_id = x.job_id AND x.t >= r.t
+),
+steps AS (
+    SELECT a.job_id AS job_id, a.attempt AS attempt, min(s.t0) AS first_step
+    FROM att AS a
+    INNER JOIN (SELECT job_id, attempt, toUnixTimestamp64Milli(ts) - toInt64(round(duration_ms)) AS t0
+                FROM raw_step FINAL
+                WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM att)
+                  AND ts >= fromUnixTimestamp64Milli((SELECT min(run_t) FROM att))) AS s
+        ON s.job_id = a.job_id
+    WHERE (s.attempt IS NULL OR s.attempt = a.attempt) AND s.t0 >= a.run_t AND s.t0 < a.stop_t
+    GROUP BY job_id, attempt
+),
+per_second AS (
+    SELECT a.job_id AS job_id, a.attempt AS attempt, g.t AS t, avg(g.bm) AS mb
+    FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t,
+                 toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm
+          FROM raw_gpu FINAL
+          WHERE cluster = '{cluster}' AND node IN (SELECT node FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att))
+            AND ts > fromUnixTimestamp64Milli((SELECT min(run_t) FROM att))
+            AND ts <= fromUnixTimestamp64Milli((SELECT max(stop_t) FROM att))) AS g
+    INNER JOIN (SELECT * FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att)) AS al
+        ON g.node = al.node AND g.gpu = al.gpu
+    INNER JOIN att AS a ON al.job_id = a.job_id
+    WHERE g.t >= al.a0 AND g.t < al.a1 AND g.t >= a.run_t AND g.t < a.stop_t AND g.bm IS NOT NULL
+    GROUP BY job_id, attempt, t
+),
+jump AS (
+    SELECT job_id, attempt, arraySort(groupArray((t, mb))) AS series, quantileExact({healthy_quantile})(mb) AS p,
+           arrayFirstIndex(x -> x.2 >= {healthy_cutoff} * p AND p > 0, series) AS i,
+           if(i > 0, series[i].1 + 1 - 1000, toInt64(0)) AS jump_t
+    FROM per_second GROUP BY job_id, attempt
+)
+SELECT a.job_id AS job_id, a.attempt AS attempt,
+       greatest(a.run_t, multiIf(ifNull(st.first_step, 0) > 0, st.first_step,
+                                 ifNull(j.jump_t, 0) > 0, j.jump_t, a.run_t)) AS real_t
+FROM att AS a
+LEFT JOIN steps AS st ON a.job_id = st.job_id AND a.attempt = st.attempt
+LEFT JOIN jump AS j ON a.job_id = j.job_id AND a.attempt = j.attempt
+SETTINGS join_use_nulls = 1
+;;
+-- 3d. The lifecycle the phases follow: the job events with each coarse `running` moved to its real start.
+CREATE OR REPLACE TABLE tmp_lifecycle ENGINE = Memory AS
+SELECT e.job_id AS job_id, if(e.event = 'running' AND s.real_t > 0, s.real_t, e.t) AS t, e.event AS event,
+       e.attempt AS attempt, e.duration_ms AS duration_ms, e.reason AS reason, e.o AS o
+FROM tmp_events AS e
+LEFT JOIN tmp_start AS s ON e.job_id = s.job_id AND e.attempt = s.attempt
+SETTINGS join_use_nulls = 1
+;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
 --    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
 --    by event type (docs/messages.md). Two overrides apply inside
@@ -131,24 +197,24 @@ base AS (
                        event IN ('completed', 'cancelled'), concat('held after ', event),
                        event = 'gang_complete' AND attempt = 1, 'first attempt startup',
                        event = 'running', 'running', '') AS reason
-        FROM tmp_events INNER JOIN tmp_job_end USING (job_id)
+        FROM tmp_lifecycle INNER JOIN tmp_job_end USING (job_id)
         WHERE event IN ('gang_complete', 'running', 'failed', 'preempted', 'restarted', 'completed', 'cancelled')
         UNION ALL
-        SELECT job_id, min(t), (0, ('', toUInt64(0), toUInt32(0))), 'gang_wait', 'gang incomplete' FROM tmp_events
+        SELECT job_id, min(t), (0, ('', toUInt64(0), toUInt32(0))), 'gang_wait', 'gang incomplete' FROM tmp_lifecycle
         WHERE event = 'allocated' GROUP BY job_id
     ) GROUP BY job_id
 ),
 attempts AS (
     SELECT job_id, attempt, minIf(t, event = 'running') AS running_t,
            groupArrayIf(t, event = 'checkpoint_saved') AS ckpts
-    FROM tmp_events GROUP BY job_id, attempt
+    FROM tmp_lifecycle GROUP BY job_id, attempt
 ),
 lost AS (
     SELECT job_id, groupArray((c, f, why)) AS l FROM (
         SELECT f.job_id AS job_id, f.t AS f, concat('lost progress: ', f.why) AS why,
                if(notEmpty(arrayFilter(x -> x <= f.t, a.ckpts)), arrayMax(arrayFilter(x -> x <= f.t, a.ckpts)),
                   a.running_t) AS c
-        FROM (SELECT job_id, attempt, t, ifNull(reason, event) AS why FROM tmp_events
+        FROM (SELECT job_id, attempt, t, ifNull(reason, event) AS why FROM tmp_lifecycle
               WHERE event IN ('failed', 'preempted')) AS f
         INNER JOIN attempts AS a ON f.job_id = a.job_id AND f.attempt = a.attempt
         WHERE a.running_t > 0 AND a.running_t <= f.t
@@ -156,7 +222,7 @@ lost AS (
 ),
 ckpt AS (
     SELECT job_id, groupArray((t - toInt64(ifNull(duration_ms, 0)), t)) AS k
-    FROM tmp_events WHERE event = 'checkpoint_saved' GROUP BY job_id
+    FROM tmp_lifecycle WHERE event = 'checkpoint_saved' GROUP BY job_id
 ),
 points AS (
     SELECT job_id, b, l, k,

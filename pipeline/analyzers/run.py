@@ -32,6 +32,8 @@ TEMP_TABLES = (
     "tmp_job_end",
     "tmp_alloc",
     "tmp_span",
+    "tmp_start",
+    "tmp_lifecycle",
     "tmp_segments",
     "tmp_pieces",
     "tmp_piece_windows",
