@@ -297,8 +297,9 @@ FROM (
 )
 ;;
 -- 9. Evidence per (node, window). Storage: the node's own I/O pressure, or its pool's storage at the
---    ceiling *and* this node among those reading it (at least the pool's mean read rate per node), so
---    a pool at its ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any
+--    ceiling *and* this node among those reading it (at least half the pool's mean read rate per node:
+--    a job starved by another reads less than the hog, but not nothing), so a pool at its ceiling does
+--    not mark the nodes of jobs that hardly read. Fabric: congestion on any
 --    port of the node (xmit_wait, ECN marks, CNPs sent or handled) or transmit near line rate.
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
@@ -332,7 +333,7 @@ net AS (
 )
 SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi,
        ifNull(ps.ratio, 0) >= {storage_saturation} AND ifNull(s.read_rate, 0) > 0
-           AND ifNull(s.read_rate, 0) >= ps.mean_read AS pool_ev,
+           AND ifNull(s.read_rate, 0) >= 0.5 * ps.mean_read AS pool_ev,
        (pool_ev OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
        (ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
         OR ifNull(n.cnp, 0) >= {cnp_per_s} OR ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}) AS net_ev,

@@ -41,3 +41,14 @@ def test_storage_pressure_marks_only_the_nodes_that_read(sc):
     assert reader["data_stall"] == pytest.approx(400 / 3, rel=0.02)
     assert talker.get("data_stall", 0.0) == pytest.approx(0.0, abs=1e-6)
     assert talker["comm_stall"] == pytest.approx(400 / 3, rel=0.02)
+
+
+def test_a_starved_reader_below_the_pools_mean_is_still_data_stall(sc):
+    # the demo's shared pool: one job hogs the storage, another reads less because it is starved
+    ceiling = sc.cfg.pools[0].storage_ceiling_bytes_per_s
+    half_stalled(sc, "starved", N1)
+    sc.rows("storage", N1, 0, 200, source="nfs", device="/data", read_bytes_per_s=0.04 * ceiling)
+    sc.rows("storage", N2, 0, 200, source="nfs", device="/data", read_bytes_per_s=0.92 * ceiling)
+    sc.load()
+    sc.analyze(0, 300)
+    assert sc.cats("starved")["data_stall"] == pytest.approx(400 / 3, rel=0.02)
