@@ -77,6 +77,12 @@ def _order_by(kind: Kind) -> str:
     return ", ".join(cols)
 
 
+BATCH_ROW = "batch_row UInt32 DEFAULT 0 CODEC(ZSTD(1))"
+"""The row's position in its batch: with (sender, seq) the order in which a source reported rows, which
+orders job events of the same millisecond (docs/messages.md). Added after schema 1 shipped: `migrate`
+adds it to older stores (their rows read 0, i.e. ordered by seq alone)."""
+
+
 def raw_table_ddl(kind: Kind) -> str:
     cols = [
         "cluster LowCardinality(String)",
@@ -87,7 +93,7 @@ def raw_table_ddl(kind: Kind) -> str:
             cols.append("ts DateTime64(3, 'UTC') CODEC(DoubleDelta, ZSTD(1))")
         else:
             cols.append(f"{f.name} {column_type(f)} CODEC(ZSTD(1))")
-    cols += ["seq UInt64 CODEC(ZSTD(1))", "ingested_at DateTime DEFAULT now() CODEC(ZSTD(1))"]
+    cols += ["seq UInt64 CODEC(ZSTD(1))", BATCH_ROW, "ingested_at DateTime DEFAULT now() CODEC(ZSTD(1))"]
     ttl = EVENT_TTL_DAYS if kind.name in ("job", "step") else RAW_TTL_DAYS
     body = ",\n    ".join(cols)
     return (
@@ -287,6 +293,17 @@ def delete_target(store: Store, name: str) -> str | None:
     return f"{name}{LOCAL_SUFFIX} ON CLUSTER {cluster}"
 
 
+def added_columns(cluster: str | None = None, on_cluster: bool = True) -> list[str]:
+    """Columns added to tables after schema 1 shipped, for stores created before (no-ops elsewhere): on the
+    cluster layout to the local tables and the Distributed tables over them."""
+    on = f" ON CLUSTER {cluster}" if cluster is not None and on_cluster else ""
+    out = []
+    for name in catalog.RAW_TABLES.values():
+        for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
+            out.append(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {BATCH_ROW} AFTER seq")
+    return out
+
+
 def migrate(store: Store) -> int:
     """Creates every table that is missing and records the schema version. Safe to run repeatedly.
 
@@ -299,6 +316,8 @@ def migrate(store: Store) -> int:
     cluster = getattr(store, "cluster", None)
     statements = all_ddl() if cluster is None else cluster_ddl(cluster, getattr(store, "database", "default"))
     for statement in statements:
+        store.execute(statement)
+    for statement in added_columns(cluster):
         store.execute(statement)
     done = (
         store.query_arrow(

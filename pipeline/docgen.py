@@ -214,6 +214,13 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
                 "node and its GPU indices; `gang_complete` means every member is allocated and joined; "
                 "`running` means the first training step of the attempt began; "
                 "`restarted` opens attempt n+1.",
+                "",
+                "Order of events with the same timestamp: the order in which their source reported them, "
+                "i.e. by the sender's batch `seq`, then by row position within the batch (stored as "
+                "`batch_row`); events of different senders in the same millisecond are ordered by sender "
+                "name. A collector therefore lists simultaneous events in the order they happened (e.g. "
+                "`failed`, `restarted`, `running` for a resume that starts at once); the analyzers never "
+                "reorder them by event type.",
             ]
         out += ["", "Example:", "", "```json", json.dumps(example_envelope(k.name), indent=1), "```"]
     out += [

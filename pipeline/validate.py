@@ -257,6 +257,7 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
             raise ValueError(f"out_of_range: {problem}")
         arrays[column_name(f)] = arr.cast(typ) if f.name == "ts_ms" else arr
     arrays["seq"] = _per_row([e.seq for e in envs], pa.uint64(), rows)
+    arrays["batch_row"] = pa.array(np.concatenate([np.arange(n, dtype=np.uint32) for n in rows]))
     return pa.table(arrays)
 
 

@@ -62,7 +62,8 @@ def messages(
 
     for t0 in range(0, T, cfg.batch_s):
         t1 = min(T, t0 + cfg.batch_s)
-        ts = cfg.start_ms + np.arange(t0, t1, dtype=np.int64) * 1000
+        # a sample describes the second before its timestamp (docs/messages.md): second t is stamped t + 1
+        ts = cfg.start_ms + np.arange(t0 + 1, t1 + 1, dtype=np.int64) * 1000
         batch_events = []
         while ei < len(events) and events[ei]["ts_ms"] < cfg.start_ms + t1 * 1000:
             batch_events.append(events[ei])

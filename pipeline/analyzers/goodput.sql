@@ -4,21 +4,27 @@
 -- Rows a run replaces are deleted from {delete_from[<table>]}: the table itself on one server, its local
 -- tables ON CLUSTER on the cluster layout (pipeline.ddl.delete_target); reads and inserts name the table.
 -- Times are epoch milliseconds (Int64) throughout; W is the window length in ms.
+-- The range [{start}, {end}) (W-aligned by run.py) only selects jobs: every job whose events overlap it
+-- is classified whole, from its first allocation to its last release, so a job's numbers (healthy
+-- level, phases, windows) never depend on where a range starts or ends. A job still open is classified
+-- up to {as_of}, the end of the data (the latest job event or GPU sample), not the range's end.
+-- Sums are taken over integers (micro-seconds, nano-currency), quantiles are exact and ties are broken
+-- by value, so the same input gives the same tables byte for byte.
 
--- 1. Job events of jobs alive in the range.
+-- 1. Job events of jobs alive in the range: all their events, before and after it.
 CREATE OR REPLACE TABLE tmp_events ENGINE = Memory AS
 SELECT job_id, toUnixTimestamp64Milli(ts) AS t, event, attempt, ifNull(account, '') AS account,
        ifNull(queue, '') AS queue, ifNull(priority, 0) AS priority, ifNull(gpus_requested, 0) AS gpus_requested,
-       ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason
+       ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason, ifNull(source, '') AS source,
+       (sender, seq, batch_row) AS o  -- arrival order: orders events of the same millisecond
 FROM raw_job FINAL
-WHERE cluster = '{cluster}' AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+WHERE cluster = '{cluster}'
   AND job_id IN (
       SELECT job_id FROM raw_job WHERE cluster = '{cluster}'
       GROUP BY job_id
-      HAVING maxIf(ts, event IN ('completed', 'cancelled', 'failed', 'preempted', 'released'))
-             >= fromUnixTimestamp64Milli(toInt64({start}))
-          OR max(ts) >= fromUnixTimestamp64Milli(toInt64({start}))
-          OR countIf(event IN ('completed', 'cancelled')) = 0)
+      HAVING min(ts) < fromUnixTimestamp64Milli(toInt64({end}))
+         AND (max(ts) >= fromUnixTimestamp64Milli(toInt64({start}))
+              OR countIf(event IN ('completed', 'cancelled')) = 0))
 ;;
 -- 2. When each job ended: its completion or cancellation, or a failure with no restart after it.
 CREATE OR REPLACE TABLE tmp_job_end ENGINE = Memory AS
@@ -26,55 +32,189 @@ SELECT job_id,
        multiIf(maxIf(t, event IN ('completed', 'cancelled')) > 0, maxIf(t, event IN ('completed', 'cancelled')),
                maxIf(t, event IN ('failed', 'preempted')) > maxIf(t, event = 'restarted'),
                maxIf(t, event IN ('failed', 'preempted')),
-               toInt64({end})) AS end_t
+               greatest(toInt64({as_of}), max(t))) AS end_t
 FROM tmp_events GROUP BY job_id
 ;;
--- 3. Allocation intervals per GPU: from `allocated` to the next `released` of that node, or the job's end.
+-- 3. Allocation intervals per GPU: from `allocated` to the next `released` naming that GPU (or the whole
+--    node) of the job, even after the job ended (held after completed: idle); without a release, until the
+--    job's end, or the end of the range for a job still open. An `allocated` without GPU indices means
+--    the node's GPUs (dim_nodes). One owner per GPU and instant: where allocations of a GPU overlap (a
+--    stale allocation, a fast requeue), the later allocation owns it from its start, and the earlier one
+--    ends there; allocations starting in the same millisecond go to the greatest job id. The later
+--    allocations are looked up among all jobs of the cluster, so the cut does not depend on the range.
 CREATE OR REPLACE TABLE tmp_alloc ENGINE = Memory AS
-SELECT a.job_id AS job_id, a.node AS node, toInt64(a.gpu) AS gpu, a.a0 AS a0,
-       least(if(r.t > 0, r.t, toInt64({end})), e.end_t, toInt64({end})) AS a1
-FROM (SELECT job_id, node, arrayJoin(gpu_indices) AS gpu, t AS a0 FROM tmp_events WHERE event = 'allocated') AS a
-ASOF LEFT JOIN (SELECT job_id, node, t FROM tmp_events WHERE event = 'released') AS r
-    ON a.job_id = r.job_id AND a.node = r.node AND r.t >= a.a0
-LEFT JOIN tmp_job_end AS e ON a.job_id = e.job_id
+WITH
+mine AS (
+    SELECT e.job_id AS job_id, e.attempt AS attempt, e.node AS node, e.t AS a0,
+           toInt64(arrayJoin(if(empty(e.gpu_indices), arrayMap(x -> toInt32(x), range(toUInt64(ifNull(d.gpus_per_node, 0)))),
+                                e.gpu_indices))) AS gpu
+    FROM tmp_events AS e LEFT JOIN dim_nodes AS d ON e.node = d.node
+    WHERE e.event = 'allocated'
+    SETTINGS join_use_nulls = 1
+),
+everyone AS (
+    SELECT r.job_id AS job_id, ifNull(r.node, '') AS node, toUnixTimestamp64Milli(r.ts) AS a0,
+           toInt64(arrayJoin(if(empty(r.gpu_indices), arrayMap(x -> toInt32(x), range(toUInt64(ifNull(d.gpus_per_node, 0)))),
+                                r.gpu_indices))) AS gpu
+    FROM raw_job AS r FINAL LEFT JOIN dim_nodes AS d ON ifNull(r.node, '') = d.node
+    WHERE r.cluster = '{cluster}' AND r.event = 'allocated' AND r.node IN (SELECT node FROM mine)
+      AND r.ts >= fromUnixTimestamp64Milli((SELECT min(a0) FROM mine))
+    SETTINGS join_use_nulls = 1
+),
+ties AS (
+    SELECT node, gpu, a0, max(job_id) AS top FROM everyone GROUP BY node, gpu, a0 HAVING uniqExact(job_id) > 1
+),
+rel AS (
+    SELECT job_id, node, toInt64(arrayJoin(if(empty(gpu_indices), [-1], gpu_indices))) AS gpu, t
+    FROM tmp_events WHERE event = 'released'
+),
+held AS (
+    SELECT m.job_id AS job_id, m.attempt AS attempt, m.node AS node, m.gpu AS gpu, m.a0 AS a0,
+           if(r.t > 0, r.t, toInt64(0)) AS rel_gpu
+    FROM mine AS m ASOF LEFT JOIN (SELECT * FROM rel WHERE gpu >= 0) AS r
+        ON m.job_id = r.job_id AND m.node = r.node AND m.gpu = r.gpu AND r.t >= m.a0
+),
+held2 AS (
+    SELECT h.*, if(r.t > 0, r.t, toInt64(0)) AS rel_node
+    FROM held AS h ASOF LEFT JOIN (SELECT job_id, node, t FROM rel WHERE gpu < 0) AS r
+        ON h.job_id = r.job_id AND h.node = r.node AND r.t >= h.a0
+),
+cut AS (
+    SELECT h.*, if(n.a0 > 0, n.a0, toInt64(0)) AS next_a0
+    FROM held2 AS h ASOF LEFT JOIN (SELECT node, gpu, a0 FROM everyone) AS n
+        ON h.node = n.node AND h.gpu = n.gpu AND n.a0 > h.a0
+)
+SELECT c.job_id AS job_id, c.attempt AS attempt, c.node AS node, c.gpu AS gpu, c.a0 AS a0,
+       if(ifNull(tie.top, '') > c.job_id, c.a0,
+          least(multiIf(c.rel_gpu > 0 AND c.rel_node > 0, least(c.rel_gpu, c.rel_node),
+                        c.rel_gpu > 0, c.rel_gpu, c.rel_node > 0, c.rel_node, e.end_t),
+                if(c.next_a0 > 0, c.next_a0, toInt64(9223372036854775807)))) AS a1
+FROM cut AS c
+LEFT JOIN tmp_job_end AS e ON c.job_id = e.job_id
+LEFT JOIN ties AS tie ON c.node = tie.node AND c.gpu = tie.gpu AND c.a0 = tie.a0
+SETTINGS join_use_nulls = 1
 ;;
--- 4. Job-level phase segments. Base phases follow the lifecycle events; two overrides apply inside
+-- 3b. What the run covers: the samples of its jobs' allocations (lo, hi], and the days whose windows it
+--     rewrites (its jobs' allocations and their windows stored before, plus the range itself).
+CREATE OR REPLACE TABLE tmp_span ENGINE = Memory AS
+WITH old AS (
+    SELECT toInt64(min(toUnixTimestamp(window_start))) * 1000 AS o_lo,
+           toInt64(max(toUnixTimestamp(window_start))) * 1000 AS o_hi, count() AS o_n
+    FROM goodput_windows WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)
+)
+SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
+       least(toInt64({start}), if(count() > 0, min(a0), toInt64({start})),
+             if(any(old.o_n) > 0, any(old.o_lo), toInt64({start}))) AS day_lo,
+       greatest(toInt64({end}), if(count() > 0, max(a1), toInt64({end})),
+                if(any(old.o_n) > 0, any(old.o_hi), toInt64({end}))) AS day_hi
+FROM tmp_alloc CROSS JOIN old
+;;
+-- 3c. The real start of attempts whose `running` is coarse: a scheduler (Slurm, Kubernetes) that reports it
+--     when the containers start, in the same millisecond as gang_complete or from a slurm/volcano/kueue
+--     source. Then the first training step (step events: its end minus its duration) marks the start;
+--     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
+--     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
+CREATE OR REPLACE TABLE tmp_start ENGINE = Memory AS
+WITH
+att AS (
+    SELECT r.job_id AS job_id, r.attempt AS attempt, r.t AS run_t,
+           if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
+    FROM (SELECT job_id, attempt, t FROM tmp_events AS e
+          WHERE event = 'running'
+            AND (source IN ('slurm', 'volcano', 'kueue')
+                 OR (job_id, attempt, t) IN (SELECT job_id, attempt, t FROM tmp_events WHERE event = 'gang_complete'))
+         ) AS r
+    ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
+                    WHERE event IN ('failed', 'preempted', 'completed', 'cancelled')) AS x
+        ON r.job_id = x.job_id AND x.t >= r.t
+),
+steps AS (
+    SELECT a.job_id AS job_id, a.attempt AS attempt, min(s.t0) AS first_step
+    FROM att AS a
+    INNER JOIN (SELECT job_id, attempt, toUnixTimestamp64Milli(ts) - toInt64(round(duration_ms)) AS t0
+                FROM raw_step FINAL
+                WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM att)
+                  AND ts >= fromUnixTimestamp64Milli((SELECT min(run_t) FROM att))) AS s
+        ON s.job_id = a.job_id
+    WHERE (s.attempt IS NULL OR s.attempt = a.attempt) AND s.t0 >= a.run_t AND s.t0 < a.stop_t
+    GROUP BY job_id, attempt
+),
+per_second AS (
+    SELECT a.job_id AS job_id, a.attempt AS attempt, g.t AS t, avg(g.bm) AS mb
+    FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t,
+                 toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm
+          FROM raw_gpu FINAL
+          WHERE cluster = '{cluster}' AND node IN (SELECT node FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att))
+            AND ts > fromUnixTimestamp64Milli((SELECT min(run_t) FROM att))
+            AND ts <= fromUnixTimestamp64Milli((SELECT max(stop_t) FROM att))) AS g
+    INNER JOIN (SELECT * FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att)) AS al
+        ON g.node = al.node AND g.gpu = al.gpu
+    INNER JOIN att AS a ON al.job_id = a.job_id
+    WHERE g.t >= al.a0 AND g.t < al.a1 AND g.t >= a.run_t AND g.t < a.stop_t AND g.bm IS NOT NULL
+    GROUP BY job_id, attempt, t
+),
+jump AS (
+    SELECT job_id, attempt, arraySort(groupArray((t, mb))) AS series, quantileExact({healthy_quantile})(mb) AS p,
+           arrayFirstIndex(x -> x.2 >= {healthy_cutoff} * p AND p > 0, series) AS i,
+           if(i > 0, series[i].1 + 1 - 1000, toInt64(0)) AS jump_t
+    FROM per_second GROUP BY job_id, attempt
+)
+SELECT a.job_id AS job_id, a.attempt AS attempt,
+       greatest(a.run_t, multiIf(ifNull(st.first_step, 0) > 0, st.first_step,
+                                 ifNull(j.jump_t, 0) > 0, j.jump_t, a.run_t)) AS real_t
+FROM att AS a
+LEFT JOIN steps AS st ON a.job_id = st.job_id AND a.attempt = st.attempt
+LEFT JOIN jump AS j ON a.job_id = j.job_id AND a.attempt = j.attempt
+SETTINGS join_use_nulls = 1
+;;
+-- 3d. The lifecycle the phases follow: the job events with each coarse `running` moved to its real start.
+CREATE OR REPLACE TABLE tmp_lifecycle ENGINE = Memory AS
+SELECT e.job_id AS job_id, if(e.event = 'running' AND s.real_t > 0, s.real_t, e.t) AS t, e.event AS event,
+       e.attempt AS attempt, e.duration_ms AS duration_ms, e.reason AS reason, e.o AS o
+FROM tmp_events AS e
+LEFT JOIN tmp_start AS s ON e.job_id = s.job_id AND e.attempt = s.attempt
+SETTINGS join_use_nulls = 1
+;;
+-- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
+--    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
+--    by event type (docs/messages.md). Two overrides apply inside
 --    running time: progress lost to a failure (last checkpoint before it → the failure) is retry
 --    waste, and a checkpoint save (its end minus its duration → its end) is checkpoint time.
 CREATE OR REPLACE TABLE tmp_segments ENGINE = Memory AS
 WITH
 base AS (
-    SELECT job_id, arraySort(x -> (x.1, x.2), groupArray((t, rnk, phase, reason))) AS b
+    SELECT job_id, arraySort(x -> (x.1, x.2), groupArray((t, o, phase, reason))) AS b
     FROM (
-        SELECT job_id, t,
-               multiIf(event = 'gang_complete', 1, event = 'running', 2, event IN ('failed', 'preempted'), 3,
-                       event = 'restarted', 4, 5) AS rnk,
+        SELECT job_id, t, (1, o) AS o,
                multiIf(event = 'gang_complete', if(attempt = 1, 'startup', 'retry_waste'),
                        event = 'running', 'run',
                        event IN ('completed', 'cancelled'), 'idle',
+                       event IN ('failed', 'preempted') AND t >= end_t, 'idle',
                        'retry_waste') AS phase,
-               multiIf(event IN ('failed', 'preempted'), concat('restart after ', ifNull(reason, event)),
+               multiIf(event IN ('failed', 'preempted') AND t >= end_t,
+                       concat('held after ', event, ': ', ifNull(reason, event)),
+                       event IN ('failed', 'preempted'), concat('restart after ', ifNull(reason, event)),
                        event IN ('completed', 'cancelled'), concat('held after ', event),
                        event = 'gang_complete' AND attempt = 1, 'first attempt startup',
                        event = 'running', 'running', '') AS reason
-        FROM tmp_events
+        FROM tmp_lifecycle INNER JOIN tmp_job_end USING (job_id)
         WHERE event IN ('gang_complete', 'running', 'failed', 'preempted', 'restarted', 'completed', 'cancelled')
         UNION ALL
-        SELECT job_id, min(t), 0, 'gang_wait', 'gang incomplete' FROM tmp_events
+        SELECT job_id, min(t), (0, ('', toUInt64(0), toUInt32(0))), 'gang_wait', 'gang incomplete' FROM tmp_lifecycle
         WHERE event = 'allocated' GROUP BY job_id
     ) GROUP BY job_id
 ),
 attempts AS (
     SELECT job_id, attempt, minIf(t, event = 'running') AS running_t,
            groupArrayIf(t, event = 'checkpoint_saved') AS ckpts
-    FROM tmp_events GROUP BY job_id, attempt
+    FROM tmp_lifecycle GROUP BY job_id, attempt
 ),
 lost AS (
     SELECT job_id, groupArray((c, f, why)) AS l FROM (
         SELECT f.job_id AS job_id, f.t AS f, concat('lost progress: ', f.why) AS why,
                if(notEmpty(arrayFilter(x -> x <= f.t, a.ckpts)), arrayMax(arrayFilter(x -> x <= f.t, a.ckpts)),
                   a.running_t) AS c
-        FROM (SELECT job_id, attempt, t, ifNull(reason, event) AS why FROM tmp_events
+        FROM (SELECT job_id, attempt, t, ifNull(reason, event) AS why FROM tmp_lifecycle
               WHERE event IN ('failed', 'preempted')) AS f
         INNER JOIN attempts AS a ON f.job_id = a.job_id AND f.attempt = a.attempt
         WHERE a.running_t > 0 AND a.running_t <= f.t
@@ -82,12 +222,13 @@ lost AS (
 ),
 ckpt AS (
     SELECT job_id, groupArray((t - toInt64(ifNull(duration_ms, 0)), t)) AS k
-    FROM tmp_events WHERE event = 'checkpoint_saved' GROUP BY job_id
+    FROM tmp_lifecycle WHERE event = 'checkpoint_saved' GROUP BY job_id
 ),
 points AS (
     SELECT job_id, b, l, k,
            arraySort(arrayDistinct(arrayConcat(arrayMap(x -> x.1, b), arrayMap(x -> x.1, l), arrayMap(x -> x.2, l),
-                                               arrayMap(x -> x.1, k), arrayMap(x -> x.2, k), [toInt64({end})]))) AS pts,
+                                               arrayMap(x -> x.1, k), arrayMap(x -> x.2, k), [greatest(toInt64({as_of}),
+                                               arrayMax(arrayMap(x -> x.1, b)))]))) AS pts,
            arrayFill(x -> x != '', arrayMap(x -> x.4, b)) AS reasons
     FROM base LEFT JOIN lost USING (job_id) LEFT JOIN ckpt USING (job_id)
 )
@@ -107,10 +248,10 @@ ARRAY JOIN arrayMap(i -> (
 ), arrayFilter(i -> arrayLastIndex(x -> x.1 <= pts[i], b) > 0, range(1, toUInt64(length(pts))))) AS seg
 WHERE s0 < s1
 ;;
--- 5. Pieces: one GPU's allocation intersected with one segment, clipped to the range.
+-- 5. Pieces: one GPU's allocation intersected with one segment.
 CREATE OR REPLACE TABLE tmp_pieces ENGINE = Memory AS
 SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, s.phase AS phase, s.evidence AS evidence,
-       greatest(a.a0, s.s0, toInt64({start})) AS o0, least(a.a1, s.s1, toInt64({end})) AS o1
+       greatest(a.a0, s.s0) AS o0, least(a.a1, s.s1) AS o1
 FROM tmp_alloc AS a INNER JOIN tmp_segments AS s ON a.job_id = s.job_id
 WHERE o0 < o1
 ;;
@@ -122,69 +263,81 @@ FROM tmp_pieces
 ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS wi
 ;;
 -- 7. GPU busy level per (job, GPU, window), from the samples inside running pieces only, so that a
---    window half in startup does not dilute the running half.
+--    window half in startup does not dilute the running half. A sample with ts T describes the second
+--    (T-1s, T]: it is filed at t = T - 1 ms, in the window and piece holding that instant.
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
+--    Busy levels are summed as integers (milli-percent) and histogrammed at 0.01 % for the exact quantiles.
 SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
-       avg(g.busy) AS b, count() AS n, groupBitOr(g.thr) AS thr,
-       quantilesState({percentile_levels})(g.busy) AS q
-FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) AS t, coalesce(sm_active_pct, util_gpu_pct) AS busy,
-             ifNull(throttle_reasons, 0) AS thr
+       sum(g.bm) AS bsum, count() AS n, bsum / n / 1000 AS b, groupBitOr(g.thr) AS thr,
+       sumMap([toInt32(round(g.bm / 10))], [toUInt64(1)]) AS hist
+FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t,
+             toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm, ifNull(throttle_reasons, 0) AS thr
       FROM raw_gpu FINAL
-      WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
-        AND ts < fromUnixTimestamp64Milli(toInt64({end}))) AS g
+      WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
+        AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))) AS g
 ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run') AS p
     ON g.node = p.node AND g.gpu = p.gpu AND g.t >= p.o0
-WHERE g.t < p.o1 AND g.busy IS NOT NULL
+WHERE g.t < p.o1 AND g.bm IS NOT NULL
 GROUP BY job_id, node, gpu, wi
 ;;
 -- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
---    job stalled most of the time still has productive seconds that show its level). First a high
---    percentile p = quantile {healthy_quantile}; then b* = the median of the seconds at or above
---    {healthy_cutoff} x p, i.e. of the healthy seconds, read off the merged percentile grid. The median
---    rather than the percentile itself keeps sample noise from inflating every stall.
+--    job stalled most of the time still has productive seconds that show its level), exact on the 0.01 %
+--    histogram: first p = the {healthy_quantile} quantile (the sample of rank ceil(q n)); then b* = the
+--    (lower) median of the seconds at or above {healthy_cutoff} x p, i.e. of the healthy seconds. The
+--    median rather than the percentile itself keeps sample noise from inflating every stall.
 CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
-SELECT job_id, qs[toUInt64(least(99, greatest(1, round((k + 100) / 2))))] AS b_star, b_mean
+SELECT job_id, ks[arrayFirstIndex(x -> x >= before + intDiv(m + 1, 2), cs)] / 100 AS b_star, b_mean
 FROM (
-    SELECT job_id, quantilesMerge({percentile_levels})(q) AS qs, sum(b * n) / sum(n) AS b_mean,
-           arrayFirstIndex(x -> x >= {healthy_cutoff} * qs[toUInt64(round({healthy_quantile} * 100))], qs) AS k
+    SELECT job_id, sumMap(hist.1, hist.2) AS h, h.1 AS ks, h.2 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
+           ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
+           arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0,
+           cs[i0] - c0[i0] AS before, n - before AS m,
+           sum(bsum) / sum(tmp_run_gpu.n) / 1000 AS b_mean
     FROM tmp_run_gpu GROUP BY job_id
 )
 ;;
--- 9. Evidence per (node, window): storage at its pool's ceiling or I/O pressure; fabric congestion.
+-- 9. Evidence per (node, window). Storage: the node's own I/O pressure, or its pool's storage at the
+--    ceiling *and* this node among those reading it (at least half the pool's mean read rate per node:
+--    a job starved by another reads less than the hog, but not nothing), so a pool at its ceiling does
+--    not mark the nodes of jobs that hardly read. Fabric: congestion on any
+--    port of the node (xmit_wait, ECN marks, CNPs sent or handled) or transmit near line rate.
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
-    SELECT node, intDiv(toUnixTimestamp64Milli(ts), {W}) AS wi,
+    SELECT node, intDiv(toUnixTimestamp64Milli(ts) - 1, {W}) AS wi,
            sumIf(read_bytes_per_s, source IN ('nfs', 'lustre'))
                / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
            maxIf(psi_some_pct, source = 'psi') AS psi
     FROM raw_storage FINAL
-    WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
-      AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+    WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
+      AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))
     GROUP BY node, wi
 ),
 pool_storage AS (
-    SELECT d.pool AS pool, s.wi AS wi, sum(s.read_rate) / any(p.storage_ceiling_bytes_per_s) AS ratio
+    SELECT d.pool AS pool, s.wi AS wi, sum(s.read_rate) / any(p.storage_ceiling_bytes_per_s) AS ratio,
+           sum(s.read_rate) / greatest(1, any(p.nodes)) AS mean_read
     FROM storage AS s INNER JOIN dim_nodes AS d ON s.node = d.node
     INNER JOIN dim_pools AS p ON d.pool = p.pool
     GROUP BY pool, wi
 ),
 net AS (
     SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
-        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts), {W}) AS wi,
-               avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(cnp_handled_per_s) AS cnp,
+        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - 1, {W}) AS wi,
+               avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))) AS cnp,
                avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
         FROM raw_nic FINAL
-        WHERE cluster = '{cluster}' AND ts >= fromUnixTimestamp64Milli(toInt64({start}))
-          AND ts < fromUnixTimestamp64Milli(toInt64({end}))
+        WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
+          AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )
 SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi,
-       (ifNull(ps.ratio, 0) >= {storage_saturation} OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
+       ifNull(ps.ratio, 0) >= {storage_saturation} AND ifNull(s.read_rate, 0) > 0
+           AND ifNull(s.read_rate, 0) >= 0.5 * ps.mean_read AS pool_ev,
+       (pool_ev OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
        (ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
         OR ifNull(n.cnp, 0) >= {cnp_per_s} OR ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}) AS net_ev,
-       multiIf(ifNull(ps.ratio, 0) >= {storage_saturation}, concat('storage of pool ', d.pool, ' at ',
+       multiIf(pool_ev, concat('storage of pool ', d.pool, ' at ',
                toString(round(ps.ratio * 100)), '% of its ceiling'),
                ifNull(s.psi, 0) >= {psi_some_pct}, concat('I/O pressure ', toString(round(s.psi)), '% on ', s.node),
                '') AS storage_why,
@@ -199,8 +352,8 @@ SETTINGS join_use_nulls = 1
 ;;
 -- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
 CREATE OR REPLACE TABLE tmp_stragglers ENGINE = Memory AS
-SELECT job_id, wi, concat('straggler ', argMax(node, bitAnd(thr, {straggler_mask}) != 0), ' GPU ',
-       toString(argMax(gpu, bitAnd(thr, {straggler_mask}) != 0))) AS why
+SELECT job_id, wi, arraySort(groupArrayIf((node, gpu), bitAnd(thr, {straggler_mask}) != 0))[1] AS first,
+       concat('straggler ', first.1, ' GPU ', toString(first.2)) AS why
 FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}) != 0) > 0
 ;;
 -- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle.
@@ -235,19 +388,26 @@ UNION ALL
 SELECT job_id, node, wi, 'idle', if(no_data, 'no telemetry from node', 'below healthy level, no evidence'), secs * l
 FROM tmp_run_split WHERE l > 0 AND (no_data OR NOT (d_ev OR c_ev))
 ;;
-DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}'
-    AND window_start >= toDateTime(intDiv(toInt64({start}), 1000)) AND window_start < toDateTime(intDiv(toInt64({end}), 1000))
+DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;
+-- 13. One row per (job, window, category): seconds and cost summed as integers (micro-seconds, nano-units
+--     of currency); pool and evidence are those holding the most seconds, ties to the smallest name.
 INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,
                              gpu_seconds, cost, evidence)
-SELECT '{cluster}', c.job_id, toDateTime(intDiv(c.wi * {W}, 1000)), {W} / 1000,
-       ifNull(a.team, '{default_team}'), any(d.pool), any(j.account), c.category,
-       sum(c.secs), sum(c.secs * d.price_per_gpu_hour / 3600), anyHeavy(c.evidence)
-FROM tmp_classified AS c
-LEFT JOIN dim_nodes AS d ON c.node = d.node
-LEFT JOIN (SELECT job_id, anyIf(account, account != '') AS account FROM tmp_events GROUP BY job_id) AS j
-    ON c.job_id = j.job_id
-LEFT JOIN dim_accounts AS a ON j.account = a.account
-WHERE c.secs > 0
-GROUP BY c.job_id, c.wi, c.category, a.team
-SETTINGS join_use_nulls = 1
+SELECT '{cluster}', job_id, toDateTime(intDiv(wi * {W}, 1000)), {W} / 1000, team,
+       (sumMap([pool], [us]) AS pm).1[indexOf(pm.2, arrayMax(pm.2))], account, category,
+       sum(us) / 1e6, sum(nano) / 1e9, (sumMap([evidence], [us]) AS em).1[indexOf(em.2, arrayMax(em.2))]
+FROM (
+    SELECT c.job_id AS job_id, c.wi AS wi, c.category AS category, ifNull(a.team, '{default_team}') AS team,
+           ifNull(j.account, '') AS account, ifNull(d.pool, '') AS pool, c.evidence AS evidence,
+           toInt64(round(c.secs * 1e6)) AS us,
+           toInt64(round(c.secs * ifNull(d.price_per_gpu_hour, 0) / 3600 * 1e9)) AS nano
+    FROM tmp_classified AS c
+    LEFT JOIN dim_nodes AS d ON c.node = d.node
+    LEFT JOIN (SELECT job_id, argMinIf(account, (t, o), account != '') AS account FROM tmp_events
+               GROUP BY job_id) AS j ON c.job_id = j.job_id
+    LEFT JOIN dim_accounts AS a ON j.account = a.account
+    SETTINGS join_use_nulls = 1
+)
+WHERE us > 0
+GROUP BY job_id, wi, category, team, account

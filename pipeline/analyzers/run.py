@@ -5,6 +5,9 @@ Re-running a range replaces its outputs, so a late batch or a changed config is 
 range again. Replacing means deleting rows first; on the cluster layout (pipeline/ddl.py) those deletes
 go to the local tables ON CLUSTER (`ddl.delete_target`), while reads and inserts keep the Distributed
 tables under the catalog names, so the same SQL means the same on one server and on a cluster.
+
+Each run names its temp tables with its own run id (tmp_events_<run id>, ...), so two runs on one server
+never overwrite each other's, and drops them when it ends, failed or not.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +32,9 @@ TEMP_TABLES = (
     "tmp_events",
     "tmp_job_end",
     "tmp_alloc",
+    "tmp_span",
+    "tmp_start",
+    "tmp_lifecycle",
     "tmp_segments",
     "tmp_pieces",
     "tmp_piece_windows",
@@ -87,21 +94,26 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
         store.insert_arrow(name, table)
 
 
-def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
+def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[str, str]:
+    """Placeholders of the SQL. The range is widened to whole windows ([floor, ceil) of W), so a window is
+    never half inside it; `as_of_ms` (the end of the data) bounds jobs still open, else the range's end."""
     cluster, default_team = cfg.cluster.name, cfg.teams.default_team
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", cluster) or not re.fullmatch(r"[A-Za-z0-9_.-]+", default_team):
         raise ValueError(f"cluster {cluster!r} / default team {default_team!r}: use letters, digits, . _ -")
     a = cfg.analyzer
     cats = catalog.CATEGORIES
+    w = int(a.window_s * 1000)
+    start, end = int(start_ms) // w * w, -(-int(end_ms) // w) * w
+    as_of = -(-int(as_of_ms) // w) * w if as_of_ms > 0 else end
     return {
         "cluster": cluster,
         "default_team": default_team,
-        "start": str(int(start_ms)),
-        "end": str(int(end_ms)),
-        "W": str(int(a.window_s * 1000)),
+        "start": str(start),
+        "end": str(end),
+        "as_of": str(as_of),
+        "W": str(w),
         "healthy_quantile": repr(float(a.healthy_quantile)),
         "healthy_cutoff": repr(float(a.healthy_cutoff)),
-        "percentile_levels": ", ".join(f"{i / 100:.2f}" for i in range(1, 100)),
         "healthy_tolerance": repr(float(a.healthy_tolerance)),
         "storage_saturation": repr(float(a.storage_saturation)),
         "psi_some_pct": repr(float(a.psi_some_pct)),
@@ -111,7 +123,7 @@ def _params(cfg: Config, start_ms: int, end_ms: int) -> dict[str, str]:
         "cnp_per_s": repr(float(a.cnp_per_s)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
         "category_columns": ", ".join(f"s_{c}" for c in cats),
-        "category_sums": ", ".join(f"sumIf(w.gpu_seconds, w.category = '{c}')" for c in cats),
+        "category_sums": ", ".join(f"sumIf(w.us, w.category = '{c}') / 1e6" for c in cats),
     }
 
 
@@ -120,23 +132,46 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def alive_jobs(store: Store) -> list[str]:
+def alive_jobs(store: Store, run_id: str = "") -> list[str]:
     """What rollups.sql's `job_id IN ({alive_jobs})` reads, one entry per statement: the jobs of the range.
 
     On one server that is the subquery over tmp_events itself. On the cluster layout those DELETEs run
     on every shard's local table, where the initiator's tmp_ tables do not exist and where replicated
     tables accept only deterministic mutations, so the ids are spelled out, JOBS_PER_DELETE per
     statement; no jobs, no statement."""
+    jobs = temp_names(ALIVE_JOBS, run_id)
     if ddl.delete_target(store, catalog.JOB_SUMMARY) is None:
-        return [ALIVE_JOBS]
-    ids = [_quote(j) for j in store.query_arrow(f"{ALIVE_JOBS} ORDER BY job_id").column("job_id").to_pylist()]
+        return [jobs]
+    ids = [_quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
     return [", ".join(ids[i : i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
 
 
+_TEMP = re.compile(r"\b(" + "|".join(TEMP_TABLES) + r")\b")
+
+
+def temp_names(sql: str, run_id: str) -> str:
+    """`sql` with every temp table renamed to its run's own (tmp_events -> tmp_events_<run_id>): two runs
+    on one server never read or drop each other's."""
+    return _TEMP.sub(lambda m: f"{m[1]}_{run_id}", sql) if run_id else sql
+
+
+def data_end(store: Store, cluster: str) -> int:
+    """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
+    still open are classified up to here, whatever range is asked for."""
+    where = f"WHERE cluster = {_quote(cluster)}"
+    latest = [
+        f"(SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES[k]} {where})"
+        for k in ("job", "gpu")
+    ]
+    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t")
+    return int(t.column("t")[0].as_py() or 0)
+
+
 def statements(name: str, params: dict) -> list[str]:
-    """The statements of one SQL file with its placeholders filled; a statement naming {alive_jobs} comes
-    once per entry of params["alive_jobs"] (see `alive_jobs`)."""
-    text = (HERE / name).read_text()
+    """The statements of one SQL file with its placeholders filled and its temp tables named for the run
+    (params["run_id"]); a statement naming {alive_jobs} comes once per entry of params["alive_jobs"]
+    (see `alive_jobs`)."""
+    text = temp_names((HERE / name).read_text(), params.get("run_id", ""))
     body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     out = []
     for s in (s.strip() for s in body.split(";;") if s.strip()):
@@ -153,6 +188,15 @@ def step_name(sql: str) -> str:
     return f"{m[1]} {m[2]}" if m else first_line(sql)
 
 
+def _execute(store: Store, sqls: list[str], name: str, progress: Progress | None) -> None:
+    if progress:
+        progress.grow(len(sqls))
+    for sql in sqls:
+        store.execute(sql)
+        if progress:
+            progress.step(f"{name}: {step_name(sql)}")
+
+
 def run(
     store: Store, cfg: Config, start_ms: int, end_ms: int, progress: Progress | None = None
 ) -> dict[str, float]:
@@ -161,24 +205,29 @@ def run(
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
-    params = {
-        **_params(cfg, start_ms, end_ms),
+    run_id = uuid.uuid4().hex[:12]
+    params: dict = {
+        **_params(cfg, start_ms, end_ms, data_end(store, cfg.cluster.name)),
+        "run_id": run_id,
         "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
     }
     try:
-        for name in ("goodput.sql", "rollups.sql"):
-            if name == "rollups.sql":  # its deletes name the jobs goodput.sql has just read
-                params["alive_jobs"] = alive_jobs(store)
-            sqls = statements(name, params)
-            if progress:
-                progress.grow(len(sqls))
-            for sql in sqls:
-                store.execute(sql)
-                if progress:
-                    progress.step(f"{name}: {step_name(sql)}")
-            timings[name] = time.perf_counter() - t
-            t = time.perf_counter()
+        selection, *_ = statements("goodput.sql", {**params, "alive_jobs": ["..."]})
+        _execute(store, [selection], "goodput.sql", progress)
+        # the deletes that follow name the jobs the selection read
+        params["alive_jobs"] = alive_jobs(store, run_id)
+        _execute(store, statements("goodput.sql", params)[1:], "goodput.sql", progress)
+        timings["goodput.sql"] = time.perf_counter() - t
+        t = time.perf_counter()
+        span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
+        for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
+            params[c] = str(int(span.column(c)[0].as_py()))
+        _execute(store, statements("rollups.sql", params), "rollups.sql", progress)
+        timings["rollups.sql"] = time.perf_counter() - t
     finally:
         for tmp in TEMP_TABLES:
-            store.execute(f"DROP TABLE IF EXISTS {tmp}")
+            try:
+                store.execute(f"DROP TABLE IF EXISTS {tmp}_{run_id}")
+            except Exception:  # the store itself failed: the original error is the one to see
+                log.warning("could not drop temp table %s_%s", tmp, run_id, exc_info=True)
     return timings

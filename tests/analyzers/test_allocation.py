@@ -1,0 +1,80 @@
+"""Allocations: from `allocated` to `released` (defect 4), their real GPU count (5), and one owner per GPU
+and instant when allocations overlap (11)."""
+
+import pytest
+
+N1, N2 = "gpu-core-001", "gpu-core-002"
+
+
+def run_job(sc, job_id, node, gpus, t_alloc, t_run, t_end, t_release=None, end_event="completed"):
+    j = dict(job_id=job_id, account="research")
+    sc.job(dict(t=t_alloc, event="allocated", node=node, gpu_indices=gpus, **j))
+    sc.job(dict(t=t_alloc, event="gang_complete", **j), dict(t=t_run, event="running", **j))
+    if t_end is not None:
+        sc.job(dict(t=t_end, event=end_event, **j))
+    if t_release is not None:
+        sc.job(dict(t=t_release, event="released", node=node, gpu_indices=gpus, **j))
+
+
+def test_gpus_held_after_completion_are_idle_until_released(sc):
+    run_job(sc, "j4", N1, range(8), 0, 20, 300, t_release=900)
+    sc.gpu(N1, range(8), 0, 1000, lambda s, g: 90.0 if 20 < s <= 300 else 0.0)
+    sc.load()
+    sc.analyze(0, 1000)
+    got = sc.cats("j4")
+    assert got["idle"] == pytest.approx(600 * 8)
+    assert sum(got.values()) == pytest.approx(900 * 8)
+    held = [w for w in sc.windows("j4") if w[1] == "idle"]
+    assert {w[3] for w in held} == {"held after completed"}
+
+
+def test_job_summary_counts_the_gpus_actually_allocated(sc):
+    j = dict(job_id="j5", account="research")
+    sc.job(dict(t=0, event="submitted", gpus_requested=8, **j))
+    sc.job(
+        dict(t=0, event="allocated", node=N1, gpu_indices=[0, 1, 2, 3], **j),
+        dict(t=0, event="allocated", node=N2, gpu_indices=[4, 5, 6, 7], **j),
+    )
+    sc.job(dict(t=0, event="gang_complete", **j), dict(t=10, event="running", **j))
+    sc.job(dict(t=100, event="completed", **j))
+    sc.gpu(N1, range(4), 0, 100)
+    sc.gpu(N2, range(4, 8), 0, 100)
+    # a scheduler that names nodes only (no GPU indices): the node's GPU count from the config
+    k = dict(job_id="j5b", account="research")
+    sc.job(dict(t=0, event="allocated", node="gpu-core-003", **k))
+    sc.job(dict(t=0, event="gang_complete", **k), dict(t=10, event="running", **k))
+    sc.job(dict(t=100, event="completed", **k))
+    sc.gpu("gpu-core-003", range(8), 0, 100)
+    sc.load()
+    sc.analyze(0, 200)
+    gpus = dict(
+        zip(
+            *(
+                sc.store.query_arrow("SELECT job_id, gpus FROM job_summary ORDER BY job_id")
+                .to_pydict()
+                .values()
+            ),
+            strict=True,
+        )
+    )
+    assert gpus == {"j5": 8, "j5b": 8}
+    assert sum(sc.cats("j5b").values()) == pytest.approx(100 * 8)
+
+
+def test_overlapping_allocations_the_later_one_owns_the_gpu_from_its_start(sc):
+    # job A holds GPUs 0-1 (its release was lost); job B is given GPU 0 at 100 (a fast requeue elsewhere)
+    run_job(sc, "jA", N1, [0, 1], 0, 10, None)
+    run_job(sc, "jB", N1, [0], 100, 110, 300, t_release=300)
+
+    def busy(s, g):
+        if g == 1 or s <= 100:
+            return 50.0 if s > 10 else 1.0  # A's level
+        return 90.0 if 110 < s <= 300 else 1.0  # B's startup, then its level
+
+    sc.gpu(N1, [0, 1], 0, 400, busy)
+    sc.load()
+    sc.analyze(0, 400)
+    a, b = sc.cats("jA"), sc.cats("jB")
+    assert sum(a.values()) == pytest.approx(400 + 100)  # GPU 1 for the whole range, GPU 0 until B's start
+    assert a.get("idle", 0.0) == pytest.approx(0.0, abs=1e-6)
+    assert b == pytest.approx({"productive": 190.0, "startup": 10.0})
