@@ -50,5 +50,9 @@ def test_slurm_sends_running_with_gang_complete():
 )
 def test_kube_sends_running_with_gang_complete(scheduler, name):
     snaps = iter(json.loads((KUBE / name).read_text()))
-    rows = job_rows(KubeJobCollector(scheduler, list_objects=lambda g, v, p: [next(snaps)]), 7)
+    pods = json.loads((KUBE / name.replace("lifecycle", "pods")).read_text())
+    collector = KubeJobCollector(
+        scheduler, list_objects=lambda g, v, p: pods if p == "pods" else [next(snaps)]
+    )
+    rows = job_rows(collector, 7)
     assert_running_at_the_gang_edge(rows)
