@@ -282,6 +282,12 @@ class _Track:
     ended: bool = False
 
 
+def _ran_before_requeue(job: SlurmJob) -> bool:
+    """A requeued job still listing the old attempt's nodes and start (while COMPLETING): that
+    attempt ran from start_time until the requeue, which Slurm records as the new submit_time."""
+    return bool(job.nodes and job.start_ms and job.submit_ms and job.start_ms <= job.submit_ms)
+
+
 class SlurmCollector:
     """Polls squeue and emits JOB rows for each lifecycle change since the previous poll."""
 
@@ -331,11 +337,11 @@ class SlurmCollector:
 
         track = self._jobs.get(job.job_id)
         if track is None:
-            track = self._jobs[job.job_id] = _Track(attempt=job.attempt)
+            # First seen after a requeue (agent started late): tracked as if the previous attempt had
+            # been seen, so the requeue below emits `restarted` and what is still known of that attempt.
+            track = self._jobs[job.job_id] = _Track(attempt=max(job.attempt - 1, 1))
             if job.attempt == 1:
                 emit("submitted", job.submit_ms, 1)
-            else:  # first seen after a requeue (agent started late): the attempt began at the requeue
-                emit("restarted", job.submit_ms, job.attempt)
 
         requeueing = bool(job.flags & REQUEUE_FLAGS)
         if job.state in TERMINAL and requeueing and not track.ended:
@@ -344,6 +350,8 @@ class SlurmCollector:
         if job.attempt > track.attempt:
             # Requeued: Slurm resets submit_time to the requeue, which is when the old attempt ended.
             if not track.ended:
+                if _ran_before_requeue(job):
+                    self._allocate(emit, job, track)  # it started and was requeued between two polls
                 for node, idx in track.allocated.items():
                     emit("released", job.submit_ms, track.attempt, node=node, gpu_indices=idx)
             emit("restarted", job.submit_ms, job.attempt)
@@ -356,14 +364,8 @@ class SlurmCollector:
             or job.state == "SUSPENDED"
             or (job.state in TERMINAL and job.state not in NEVER_STARTED)
         )
-        if job.nodes and ran and not track.allocated:
-            for node in job.nodes:
-                idx = job.gpu_indices.get(node)
-                track.allocated[node] = idx
-                emit("allocated", job.start_ms, job.attempt, node=node, gpu_indices=idx)
-        for node, idx in job.gpu_indices.items():
-            if node in track.allocated and track.allocated[node] is None:
-                track.allocated[node] = idx  # gres_detail filled in after the allocation was seen
+        if job.nodes and ran:
+            self._allocate(emit, job, track)
         settled = not (job.flags & NOT_SETTLED_FLAGS)
         if ran and settled and track.allocated and not track.running:
             # Slurm sets RUNNING only once every node of the allocation is up: the gang is complete.
@@ -375,6 +377,21 @@ class SlurmCollector:
         return rows
 
     @staticmethod
+    def _allocate(emit: Callable[..., None], job: SlurmJob, track: _Track) -> None:
+        """`allocated` per node not yet sent, and again for a node whose GPU indices became known.
+
+        gres_detail can lag the start by a poll. The corrected row has the same JOB key (job_id,
+        ts_ms, event, attempt, node) as the first, so the store keeps the later one: the allocation
+        is recorded at once, and its placement as soon as Slurm tells it. A node whose indices are
+        never known keeps the row without gpu_indices: an allocation without placement.
+        """
+        for node in job.nodes:
+            idx = job.gpu_indices.get(node)
+            if node not in track.allocated or (track.allocated[node] is None and idx is not None):
+                track.allocated[node] = idx
+                emit("allocated", job.start_ms, track.attempt, node=node, gpu_indices=idx)
+
+    @staticmethod
     def _end(emit: Callable[..., None], job: SlurmJob, track: _Track) -> None:
         assert job.state is not None  # the caller checked job.state in TERMINAL
         event, reason = TERMINAL[job.state]
@@ -383,6 +400,8 @@ class SlurmCollector:
             exit_code = 128 + job.signal  # the shell's convention for "killed by signal N"
         if reason is None and event == "failed":
             reason = f"signal:{job.signal}" if job.signal else f"exit_code:{exit_code}"
+        if job.nodes and job.state not in NEVER_STARTED:
+            SlurmCollector._allocate(emit, job, track)  # it ran unseen, between two polls
         emit(event, job.end_ms, track.attempt, reason=reason, exit_code=exit_code)
         for node, idx in track.allocated.items():
             emit("released", job.end_ms, track.attempt, node=node, gpu_indices=idx)

@@ -645,7 +645,13 @@ JOB = Kind(
         Field("priority", "int", "", "Scheduler priority (higher runs first).", min=0),
         Field("gpus_requested", "int", "GPUs", "GPUs the whole job asked for (the gang size).", min=0),
         Field("node", "str", "", "allocated/released: the node the GPUs are on."),
-        Field("gpu_indices", "int_list", "", "allocated/released: NVML indices of the GPUs on `node`."),
+        Field(
+            "gpu_indices",
+            "int_list",
+            "",
+            "allocated/released: NVML indices of the GPUs on `node`; absent when the scheduler did not say "
+            "which (allocation without placement).",
+        ),
         Field(
             "step",
             "int",

@@ -210,10 +210,21 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
         if k.name == "job":
             out += [
                 "",
-                "Events: " + ", ".join(f"`{e}`" for e in JOB_EVENTS) + ". `allocated`/`released` name one "
-                "node and its GPU indices; `gang_complete` means every member is allocated and joined; "
-                "`running` means the first training step of the attempt began; "
-                "`restarted` opens attempt n+1.",
+                "Events: " + ", ".join(f"`{e}`" for e in JOB_EVENTS) + ". `restarted` opens attempt n+1.",
+                "",
+                "- `allocated`/`released`: one row per node, naming the node and, in `gpu_indices`, its "
+                "GPUs. An `allocated` without `gpu_indices` is an **allocation without placement**: the "
+                "scheduler gave the job that node but did not say which GPUs (a Slurm job that started and "
+                "ended between two polls; Kubernetes device-plugin GPUs, whose indices the API server does "
+                "not know). It still counts: its GPUs are the job's `gpus_requested` spread evenly over the "
+                "nodes allocated to the attempt. When the indices become known later, `allocated` is sent "
+                "again with the same key (job_id, ts_ms, event, attempt, node) and the store keeps the later "
+                "row.",
+                "- `gang_complete`: every member of the gang is allocated; the gang wait ends.",
+                "- `running`: the scheduler reports the attempt's processes started (Slurm RUNNING, Kueue "
+                "PodsReady, Volcano running >= minMember). It is coarse and says nothing of training: the "
+                "first training step of the attempt is its first `step` event. Schedulers that report both "
+                "at one edge send `gang_complete` and `running` together, with the same time.",
                 "",
                 "Order of events with the same timestamp: the order in which their source reported them, "
                 "i.e. by the sender's batch `seq`, then by row position within the batch (stored as "

@@ -201,6 +201,30 @@ def test_requeue_restarts_with_attempt_2(slurm_cluster):
     assert squeue_job(c, job)["restart_cnt"] == 1
 
 
+def test_a_job_that_starts_and_ends_between_two_polls_still_has_its_allocation(slurm_cluster):
+    """gres_detail is emptied at the end, so the allocation has its node but no placement."""
+    c, w = slurm_cluster, Watch(slurm_cluster)
+    job = c.sbatch("--gres=gpu:2", "-A", c.account, "--wrap", "true")
+    deadline = time.monotonic() + 30
+    while squeue_job(c, job)["job_state"] != "COMPLETED":
+        assert time.monotonic() < deadline, squeue_job(c, job)["job_state"]
+        time.sleep(POLL_S)
+    w.poll()
+    assert w.names(job) == [
+        ("submitted", 1),
+        ("allocated", 1),
+        ("gang_complete", 1),
+        ("running", 1),
+        ("completed", 1),
+        ("released", 1),
+    ]
+    alloc, released = w.one(job, "allocated"), w.one(job, "released")
+    assert alloc["node"] == released["node"] == c.node
+    assert "gpu_indices" not in alloc and "gpu_indices" not in released
+    assert alloc["ts_ms"] == squeue_job(c, job)["start_time"] * 1000
+    assert alloc["gpus_requested"] == 2
+
+
 def test_a_restarted_collector_re_emits_identical_rows(slurm_cluster):
     """Times come from the job, so a second agent (or one restarted) emits rows the loader dedupes."""
     c, w = slurm_cluster, Watch(slurm_cluster)

@@ -252,31 +252,87 @@ def test_squeue_not_installed_is_unavailable():
         SlurmCollector(run=runner).collect(0)
 
 
-def test_indices_that_appear_after_the_allocation_are_kept_for_the_release():
-    def poll(state, gres):
-        job = {
-            "job_id": 9,
-            "job_state": state,
-            "nodes": "gpu-01",
-            "gres_detail": gres,
-            "restart_cnt": 0,
-            "submit_time": {"set": True, "number": T0},
-            "start_time": {"set": True, "number": T0 + 1},
-            "end_time": {"set": True, "number": T0 + 9},
-            "tres_per_node": "gres/gpu:2",
-        }
-        return json.dumps({"jobs": [job], "errors": []})
+def squeue(*jobs: dict) -> str:
+    return json.dumps({"jobs": list(jobs), "errors": []})
 
-    texts = iter(
-        [poll(["RUNNING", "CONFIGURING"], []), poll(["RUNNING"], ["gpu:2(IDX:4-5)"]), poll(["COMPLETED"], [])]
-    )
+
+def job9(state, gres=(), nodes="gpu-01", restart_cnt=0, submit=0, start=1, end=9):
+    """Job 9 in the v0.0.41 shape, times in seconds after T0."""
+    return {
+        "job_id": 9,
+        "job_state": state,
+        "nodes": nodes,
+        "gres_detail": list(gres),
+        "restart_cnt": restart_cnt,
+        "submit_time": {"set": True, "number": T0 + submit},
+        "start_time": {"set": True, "number": T0 + start},
+        "end_time": {"set": True, "number": T0 + end},
+        "tres_per_node": "gres/gpu:2",
+    }
+
+
+def run_polls(*polls: dict) -> list[dict]:
+    texts = iter([squeue(p) for p in polls])
     collector = SlurmCollector(run=lambda argv: next(texts))
-    rows = [r for _ in range(3) for r in collector.collect(0)]
-    assert [(r["event"], r.get("gpu_indices")) for r in rows] == [
-        ("submitted", None),
-        ("allocated", None),
-        ("gang_complete", None),
-        ("running", None),
-        ("completed", None),
-        ("released", [4, 5]),
+    rows = [r for _ in polls for r in collector.collect(0)]
+    check_schema(rows)
+    return rows
+
+
+def test_indices_that_appear_after_the_allocation_correct_it_and_are_kept_for_the_release():
+    rows = run_polls(
+        job9(["RUNNING", "CONFIGURING"]), job9(["RUNNING"], ["gpu:2(IDX:4-5)"]), job9(["COMPLETED"])
+    )
+    assert brief(rows, "9") == [
+        ("submitted", 1, 0, None, None, None, None),
+        ("allocated", 1, 1, "gpu-01", None, None, None),
+        # the same JOB key again, now with the placement: the store keeps this row
+        ("allocated", 1, 1, "gpu-01", [4, 5], None, None),
+        ("gang_complete", 1, 1, None, None, None, None),
+        ("running", 1, 1, None, None, None, None),
+        ("completed", 1, 9, None, None, None, None),
+        ("released", 1, 9, "gpu-01", [4, 5], None, None),
     ]
+
+
+def test_a_job_that_ran_between_two_polls_is_allocated_without_placement():
+    pending = job9(["PENDING"], nodes="", start=0, end=0)
+    rows = run_polls(pending, job9(["COMPLETED"]))
+    assert [e[:5] for e in brief(rows, "9")] == [
+        ("submitted", 1, 0, None, None),
+        ("allocated", 1, 1, "gpu-01", None),  # gres_detail is emptied at the end: no indices
+        ("gang_complete", 1, 1, None, None),
+        ("running", 1, 1, None, None),
+        ("completed", 1, 9, None, None),
+        ("released", 1, 9, "gpu-01", None),
+    ]
+
+
+def test_an_attempt_that_ran_and_was_requeued_between_two_polls_keeps_its_allocation():
+    pending = job9(["PENDING"], nodes="", start=0, end=0)
+    # requeued: restart_cnt grew, submit_time reset to the requeue, old nodes/start kept while COMPLETING
+    requeued = job9(["PENDING", "REQUEUED", "COMPLETING"], restart_cnt=1, submit=50, start=5, end=50)
+    rows = run_polls(pending, requeued)
+    assert [e[:5] for e in brief(rows, "9")] == [
+        ("submitted", 1, 0, None, None),
+        ("allocated", 1, 5, "gpu-01", None),
+        ("released", 1, 50, "gpu-01", None),
+        ("restarted", 2, 50, None, None),
+    ]
+    # an agent that first sees the job in that state emits the same rows, less `submitted`
+    assert brief(run_polls(requeued), "9") == brief(rows, "9")[1:]
+
+
+def test_a_preempted_and_requeued_job_first_seen_ended_is_allocated_before_its_release():
+    rows = run_polls(job9(["PREEMPTED", "REQUEUED"], gres=[]))
+    assert [e[:6] for e in brief(rows, "9")] == [
+        ("submitted", 1, 0, None, None, None),
+        ("allocated", 1, 1, "gpu-01", None, None),
+        ("preempted", 1, 9, None, None, "preempted"),
+        ("released", 1, 9, "gpu-01", None, None),
+    ]
+
+
+def test_a_job_requeued_before_it_was_first_seen_with_nothing_left_of_the_old_attempt():
+    rows = run_polls(job9(["PENDING", "REQUEUED"], nodes="", restart_cnt=2, submit=50, start=0, end=0))
+    assert brief(rows, "9") == [("restarted", 3, 50, None, None, None, None)]
