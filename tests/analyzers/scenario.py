@@ -37,7 +37,7 @@ class Scenario:
     def _send(self, kind: str, node: str, columns: dict, sent_ms: int) -> None:
         value = encode_batch(
             kind=kind,
-            cluster=self.cfg.cluster,
+            cluster=self.cfg.cluster.name,
             node=node,
             seq=self.seq[node, kind],
             sent_ms=sent_ms,

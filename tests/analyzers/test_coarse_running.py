@@ -61,7 +61,7 @@ def test_the_first_step_event_wins_over_the_sm_jump(sc):
         "duration_ms": [2000.0, 2000.0],
     }
     value = encode_batch(
-        kind="step", cluster=sc.cfg.cluster, node=N1, seq=0, sent_ms=ms(54), columns=cols, agent="t/0"
+        kind="step", cluster=sc.cfg.cluster.name, node=N1, seq=0, sent_ms=ms(54), columns=cols, agent="t/0"
     )
     sc.batches.append((topic_for("step"), N1.encode(), value))
     sc.load()

@@ -157,8 +157,8 @@ def test_goodput_analyze_without_a_range_is_idempotent(sc):
     sc.job(dict(t=30, event="completed", **z), dict(t=30, event="released", node="gpu-core-003", **z))
     sc.gpu("gpu-core-003", [0], -5, 30)
     sc.load()
-    _analyze(sc.store, sc.cfg, None, None)
+    _analyze(sc.store, sc.cfg, None, None, shown=False)
     first = sc.dump()
     for _ in range(3):
-        _analyze(sc.store, sc.cfg, None, None)
+        _analyze(sc.store, sc.cfg, None, None, shown=False)
         assert sc.dump() == first

@@ -177,8 +177,8 @@ class Timeline:
     def messages(self) -> Iterator[tuple[str, bytes, bytes]]:
         """(topic, key, value) for every batch, in time order: what agents and the scheduler would send."""
         seq: dict[tuple[str, str], int] = defaultdict(int)
-        sched = self.config.control_nodes[0]
-        cluster = self.config.cluster
+        sched = self.config.cluster.control_nodes[0]
+        cluster = self.config.cluster.name
         link_bps = self.config.network_tiers[self.pool.network_tier].link_gbps * 1e9 / 8
         events = sorted(self.events, key=lambda e: e["ts_ms"])  # stable: simultaneous ones keep their order
         ei = 0
