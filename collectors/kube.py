@@ -249,7 +249,9 @@ def parse_pod(obj: Mapping[str, Any]) -> PodState:
     """A core/v1 Pod. GPUs are held from binding (spec.nodeName, PodScheduled) until the pod ends or
     is deleted; `ended_ms` is the last container's finishedAt of a Succeeded/Failed pod."""
     meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
-    sched = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    sched: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+    )
     live = status.get("phase") not in ("Succeeded", "Failed")
     finished = [
         t
@@ -475,10 +477,10 @@ class KubeJobCollector:
                 allocs.append(_Event("allocated", use.bound_ms, mem.attempt, node=node))
                 releases.append(_Event("released", use.ended_ms or now_ms, mem.attempt, node=node))
         for node in [n for n in mem.allocated if not (n in uses and uses[n].live)]:
-            use = uses.get(node)
-            if use is not None:
-                mem.done.add((node, use.bound_ms))
-            ts = use.ended_ms if use is not None and use.ended_ms is not None else now_ms
+            gone = uses.get(node)
+            if gone is not None:
+                mem.done.add((node, gone.bound_ms))
+            ts = gone.ended_ms if gone is not None and gone.ended_ms is not None else now_ms
             releases.append(_Event("released", ts, mem.allocated.pop(node), node=node))
         return allocs, releases
 
