@@ -37,29 +37,59 @@ FROM tmp_events GROUP BY job_id
 ;;
 -- 3. Allocation intervals per GPU: from `allocated` to the next `released` naming that GPU (or the whole
 --    node) of the job, even after the job ended (held after completed: idle); without a release, until the
---    job's end, or the end of the range for a job still open. An `allocated` without GPU indices means
---    the node's GPUs (dim_nodes). One owner per GPU and instant: where allocations of a GPU overlap (a
---    stale allocation, a fast requeue), the later allocation owns it from its start, and the earlier one
---    ends there; allocations starting in the same millisecond go to the greatest job id. The later
---    allocations are looked up among all jobs of the cluster, so the cut does not depend on the range.
+--    job's end, or the end of the range for a job still open. An `allocated` without GPU indices is an
+--    allocation without placement (docs/messages.md): it holds the job's gpus_requested spread evenly over
+--    the attempt's nodes (the node's GPUs where the request is unknown), and which GPUs those are comes
+--    from the samples the agent tagged with the job (NVML's GPU -> process -> job), the lowest free
+--    indices standing in for the rest. One owner per GPU and instant: where placed allocations of a GPU
+--    overlap (a stale allocation, a fast requeue), the later allocation owns it from its start, and the
+--    earlier one ends there; allocations starting in the same millisecond go to the greatest job id. The
+--    later allocations are looked up among all jobs of the cluster, so the cut does not depend on the
+--    range; an allocation without placement cuts no other, since nobody knows which GPUs it holds.
 CREATE OR REPLACE TABLE tmp_alloc ENGINE = Memory AS
 WITH
+unplaced AS (
+    SELECT x.job_id AS job_id, x.attempt AS attempt, x.node AS node, ifNull(d.gpus_per_node, 0) AS node_gpus,
+           toUInt64(if(x.req > 0, least(node_gpus, intDiv(x.req, x.n) + if(x.rank < x.req % x.n, 1, 0)),
+                       node_gpus)) AS k
+    FROM (
+        SELECT a.job_id AS job_id, a.attempt AS attempt, a.node AS node, r.req AS req,
+               count() OVER (PARTITION BY a.job_id, a.attempt) AS n,
+               row_number() OVER (PARTITION BY a.job_id, a.attempt ORDER BY a.node) - 1 AS rank
+        FROM (SELECT DISTINCT job_id, attempt, node FROM tmp_events WHERE event = 'allocated') AS a
+        INNER JOIN (SELECT job_id, max(gpus_requested) AS req FROM tmp_events GROUP BY job_id) AS r
+            ON a.job_id = r.job_id
+    ) AS x LEFT JOIN dim_nodes AS d ON x.node = d.node
+    SETTINGS join_use_nulls = 1
+),
+seen AS (
+    SELECT assumeNotNull(job_id) AS job_id, node, arraySort(groupUniqArray(toInt32(gpu))) AS gpus
+    FROM raw_gpu
+    WHERE cluster = '{cluster}'
+      AND job_id IN (SELECT job_id FROM tmp_events WHERE event = 'allocated' AND empty(gpu_indices))
+    GROUP BY job_id, node
+),
 mine AS (
     SELECT e.job_id AS job_id, e.attempt AS attempt, e.node AS node, e.t AS a0,
-           toInt64(arrayJoin(if(empty(e.gpu_indices), arrayMap(x -> toInt32(x), range(toUInt64(ifNull(d.gpus_per_node, 0)))),
-                                e.gpu_indices))) AS gpu
-    FROM tmp_events AS e LEFT JOIN dim_nodes AS d ON e.node = d.node
+           toInt64(arrayJoin(if(empty(e.gpu_indices),
+                                arraySlice(arrayConcat(ifNull(sn.gpus, []),
+                                                       arrayFilter(x -> NOT has(ifNull(sn.gpus, []), x),
+                                                                   arrayMap(x -> toInt32(x), range(u.node_gpus)))),
+                                           1, u.k),
+                                e.gpu_indices))) AS gpu,
+           empty(e.gpu_indices) AS unplaced
+    FROM tmp_events AS e
+    LEFT JOIN unplaced AS u ON e.job_id = u.job_id AND e.attempt = u.attempt AND e.node = u.node
+    LEFT JOIN seen AS sn ON e.job_id = sn.job_id AND e.node = sn.node
     WHERE e.event = 'allocated'
     SETTINGS join_use_nulls = 1
 ),
 everyone AS (
     SELECT r.job_id AS job_id, ifNull(r.node, '') AS node, toUnixTimestamp64Milli(r.ts) AS a0,
-           toInt64(arrayJoin(if(empty(r.gpu_indices), arrayMap(x -> toInt32(x), range(toUInt64(ifNull(d.gpus_per_node, 0)))),
-                                r.gpu_indices))) AS gpu
-    FROM raw_job AS r FINAL LEFT JOIN dim_nodes AS d ON ifNull(r.node, '') = d.node
+           toInt64(arrayJoin(r.gpu_indices)) AS gpu
+    FROM raw_job AS r FINAL
     WHERE r.cluster = '{cluster}' AND r.event = 'allocated' AND r.node IN (SELECT node FROM mine)
       AND r.ts >= fromUnixTimestamp64Milli((SELECT min(a0) FROM mine))
-    SETTINGS join_use_nulls = 1
 ),
 ties AS (
     SELECT node, gpu, a0, max(job_id) AS top FROM everyone GROUP BY node, gpu, a0 HAVING uniqExact(job_id) > 1

@@ -69,12 +69,15 @@ class Scenario:
         t1: int,
         busy: float | Callable[[int, int], float | None] = 90.0,
         throttle: int | Callable[[int, int], int] = 0,
+        job_id: str | None = None,
     ) -> None:
-        """One-second samples with ts in (t0, t1] for each GPU; busy(s, gpu) -> SM active % at ts s."""
+        """One-second samples with ts in (t0, t1] for each GPU; busy(s, gpu) -> SM active % at ts s;
+        `job_id`: the job the agent saw on these GPUs (NVML's process -> job mapping)."""
         cols: dict[str, list] = {
             "ts_ms": [],
             "gpu": [],
             "uuid": [],
+            "job_id": [],
             "sm_active_pct": [],
             "throttle_reasons": [],
         }
@@ -86,6 +89,7 @@ class Scenario:
                 cols["ts_ms"].append(ms(s))
                 cols["gpu"].append(g)
                 cols["uuid"].append(f"GPU-{node}-{g}")
+                cols["job_id"].append(job_id)
                 cols["sm_active_pct"].append(float(b))
                 cols["throttle_reasons"].append(throttle(s, g) if callable(throttle) else throttle)
         for i in range(0, len(cols["ts_ms"]), 5000):

@@ -1,5 +1,6 @@
-"""Allocations: from `allocated` to `released` (defect 4), their real GPU count (5), and one owner per GPU
-and instant when allocations overlap (11)."""
+"""Allocations: from `allocated` to `released` (defect 4), their real GPU count (5), one owner per GPU
+and instant when allocations overlap (11), and allocations without placement (Kubernetes pods, Slurm
+jobs seen only between two polls: docs/messages.md)."""
 
 import pytest
 
@@ -78,3 +79,43 @@ def test_overlapping_allocations_the_later_one_owns_the_gpu_from_its_start(sc):
     assert sum(a.values()) == pytest.approx(400 + 100)  # GPU 1 for the whole range, GPU 0 until B's start
     assert a.get("idle", 0.0) == pytest.approx(0.0, abs=1e-6)
     assert b == pytest.approx({"productive": 190.0, "startup": 10.0})
+
+
+def _unplaced_job(sc, job_id, nodes, requested, t_end=300):
+    """A gang placed on nodes only, as the Kubernetes collector reports it: no GPU indices."""
+    j = dict(job_id=job_id, account="research")
+    sc.job(dict(t=0, event="submitted", gpus_requested=requested, **j))
+    sc.job(*(dict(t=0, event="allocated", node=n, **j) for n in nodes))
+    sc.job(dict(t=0, event="gang_complete", **j), dict(t=0, event="running", **j))
+    sc.job(
+        dict(t=t_end, event="completed", **j), *(dict(t=t_end, event="released", node=n, **j) for n in nodes)
+    )
+
+
+def test_an_allocation_without_placement_holds_the_requested_gpus_spread_over_its_nodes(sc):
+    _unplaced_job(sc, "k8", [N1, N2], requested=6)  # 3 GPUs on each node, not the nodes' 8
+    sc.gpu(N1, [5, 6, 7], 0, 300, job_id="k8")  # the agent saw the job's processes on GPUs 5-7
+    sc.gpu(N2, [0, 1, 2], 0, 300, job_id="k8")
+    sc.load()
+    sc.analyze(0, 400)
+    got = sc.cats("k8")
+    assert sum(got.values()) == pytest.approx(6 * 300)
+    # the samples tagged with the job place its GPUs: their telemetry classifies the running time
+    assert got.get("productive", 0) == pytest.approx(6 * 300, rel=0.01), got
+    assert sc.store.query_arrow("SELECT gpus FROM job_summary").column(0).to_pylist() == [6]
+
+
+def test_allocations_without_placement_on_one_node_do_not_cut_each_other(sc):
+    _unplaced_job(sc, "pod-a", [N1], requested=4)
+    sc.job(dict(t=100, event="submitted", job_id="pod-b", account="research", gpus_requested=4))
+    b = dict(job_id="pod-b", account="research")
+    sc.job(dict(t=100, event="allocated", node=N1, **b))
+    sc.job(dict(t=100, event="gang_complete", **b), dict(t=100, event="running", **b))
+    sc.job(dict(t=300, event="completed", **b), dict(t=300, event="released", node=N1, **b))
+    sc.gpu(N1, range(4), 0, 300, job_id="pod-a")
+    sc.gpu(N1, range(4, 8), 100, 300, job_id="pod-b")
+    sc.load()
+    sc.analyze(0, 400)
+    assert sum(sc.cats("pod-a").values()) == pytest.approx(4 * 300)
+    assert sum(sc.cats("pod-b").values()) == pytest.approx(4 * 200)
+    assert sc.cats("pod-b").get("productive", 0) == pytest.approx(4 * 200, rel=0.01)
