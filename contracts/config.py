@@ -169,6 +169,10 @@ class AnalyzerConfig(Table, frozen=True):
     healthy_cutoff: Annotated[float, Meta(gt=0, le=1)] = 0.8
     """Seconds at or above cutoff x that percentile count as healthy; b* is their median."""
     healthy_tolerance: Annotated[float, Meta(ge=0, lt=1)] = 0.05
+    """A window this close to the healthy level (1 - b/b* below it) is wholly productive."""
+    stalled_second_fraction: Annotated[float, Meta(ge=0, lt=1)] = 0.1
+    """A running second below this fraction of the healthy level did no work: wholly lost, not credited
+    with its residual activity (a GPU waiting on data or a collective still shows a few % SM)."""
     storage_saturation: Annotated[float, Meta(gt=0, le=1)] = 0.85
     """Fraction of the pool's storage ceiling that counts as saturated."""
     psi_some_pct: Annotated[float, Meta(ge=0, le=100)] = 20.0

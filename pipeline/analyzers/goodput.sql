@@ -387,19 +387,33 @@ SELECT job_id, wi, arraySort(groupArrayIf((node, gpu), bitAnd(thr, {straggler_ma
 FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}) != 0) > 0
 ;;
 -- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle.
+--    The lost share l of each (job, GPU, window) of running time. Seconds below
+--    {stalled_second_fraction} x b* did no work: each is lost whole (a GPU waiting on data or on a
+--    collective still shows a few % SM, which a mean would credit as work). The other ("live") seconds
+--    lose 1 - b_live/b*, taken as 0 below {healthy_tolerance}. The dead seconds are read off the
+--    window's 0.01 % histogram.
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
+WITH loss AS (
+    SELECT job_id, node, gpu, wi, n,
+           greatest(ifNull(b_star, 0), 1e-6) AS bs,
+           {stalled_second_fraction} * bs * 100 AS dead_key,
+           arrayMap(k -> toInt64(ifNull(k, 0)), hist.1) AS keys,  -- histogram keys: never null (bm IS NOT NULL)
+           arraySum(arrayMap((k, c) -> if(k < dead_key, c, toUInt64(0)), keys, hist.2)) AS n_dead,
+           arraySum(arrayMap((k, c) -> if(k < dead_key, k * toInt64(c), toInt64(0)), keys, hist.2)) / 100 AS b_dead_sum,
+           if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
+           if(1 - b_live / bs < {healthy_tolerance}, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
+           (n_dead + (n - n_dead) * l_live) / n AS l
+    FROM tmp_run_gpu INNER JOIN tmp_healthy USING job_id
+)
 SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
-       if(g.n = 0, 1.0,
-          if(1 - g.b / greatest(h.b_star, 1e-6) < {healthy_tolerance}, 0.0,
-             least(1.0, greatest(0.0, 1 - g.b / greatest(h.b_star, 1e-6))))) AS l,
+       if(g.n = 0, 1.0, g.l) AS l,
        g.n = 0 AS no_data,
        ifNull(e.storage_ev, 0) AS d_ev,
        ifNull(e.net_ev, 0) OR st.why != '' AS c_ev,
        ifNull(e.storage_why, '') AS d_why,
        if(st.why != '', st.why, ifNull(e.net_why, '')) AS c_why
 FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
-LEFT JOIN tmp_run_gpu AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
-LEFT JOIN tmp_healthy AS h ON w.job_id = h.job_id
+LEFT JOIN loss AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
 LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
 LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
 ;;

@@ -115,6 +115,7 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "healthy_quantile": repr(float(a.healthy_quantile)),
         "healthy_cutoff": repr(float(a.healthy_cutoff)),
         "healthy_tolerance": repr(float(a.healthy_tolerance)),
+        "stalled_second_fraction": repr(float(a.stalled_second_fraction)),
         "storage_saturation": repr(float(a.storage_saturation)),
         "psi_some_pct": repr(float(a.psi_some_pct)),
         "nic_line_rate_fraction": repr(float(a.nic_line_rate_fraction)),

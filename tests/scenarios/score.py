@@ -86,7 +86,8 @@ def run(tl: Timeline, workdir: Path) -> Result:
             f"FROM {catalog.GOODPUT_WINDOWS} GROUP BY job_id, w, category"
         ).to_pylist()
     got = {(r["job_id"], r["w"], r["category"]): r["s"] for r in rows}
-    return score(tl.name, tl.truth_seconds(cfg.analyzer.window_s), got, loader.totals.dead_letters)
+    dead = sum(loader.totals.dead_letters.values())
+    return score(tl.name, tl.truth_seconds(cfg.analyzer.window_s), got, dead)
 
 
 def score(

@@ -1,0 +1,77 @@
+"""The analyzers on the scenario library (tests/scenarios/library.py): cases at the edges, with a truth
+written second by second rather than by the simulator.
+
+What every scenario must satisfy: no dead letters, and every job's categories add up to its allocated
+GPU-seconds. What the analyzers get right today is asserted per scenario: >= 97 % of the lost seconds in the
+right category (counted both ways) and every category within 3 % for the lifecycle edges; >= 90 % and
+5 % for stalls whose evidence is over its threshold. The scenarios they still get wrong (a silent node,
+a skewed clock, evidence just below a threshold, step events alone, counters noisier than the healthy
+tolerance) are measured by bench/accuracy.py and listed in docs/goodput-model.md, not asserted here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.scenarios.library import SCENARIOS
+from tests.scenarios.score import LABELS, Result, run
+
+EXACT = (
+    "baseline",
+    "simultaneous_restart",
+    "restart_without_checkpoint",
+    "failure_just_after_checkpoint",
+    "failure_just_before_checkpoint",
+    "low_sm_healthy",
+    "staggered_gang",
+    "held_after_completed",
+    "half_node",
+)
+EVIDENCED_STALLS = (
+    "storage_ceiling_above",
+    "psi_above",
+    "xmit_wait_above",
+    "ecn_above",
+    "cnp_sent_above",
+    "line_rate_above",
+    "throttled_straggler",
+)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, Result]:
+    """Every scenario once (about a minute): chDB allows one store directory per process at a time, and
+    score.run opens and closes one per scenario."""
+    tmp = tmp_path_factory.mktemp("scenarios")
+    return {name: run(make(), tmp) for name, make in SCENARIOS.items()}
+
+
+def _worst_error(r: Result) -> float:
+    return max(abs(e) for c in LABELS if (e := r.relative_error(c)) is not None)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_allocated_second_is_classified_once(results, name):
+    r = results[name]
+    assert r.dead_letters == 0
+    assert sum(r.got.values()) == pytest.approx(r.allocated, rel=1e-6), (r.truth, r.got)
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_lifecycle_edges_are_classified_exactly(results, name):
+    r = results[name]
+    assert r.lost_score >= 0.97, (r.truth, r.got)
+    assert _worst_error(r) <= 0.03, (r.truth, r.got)
+
+
+@pytest.mark.parametrize("name", EVIDENCED_STALLS)
+def test_stalls_with_evidence_over_the_threshold_are_found(results, name):
+    r = results[name]
+    assert r.lost_score >= 0.9, (r.truth, r.got)
+    assert _worst_error(r) <= 0.05, (r.truth, r.got)
+
+
+def test_the_same_scenario_gives_the_same_numbers(tmp_path):
+    first = run(SCENARIOS["noisy_counters"](), tmp_path / "a")
+    second = run(SCENARIOS["noisy_counters"](), tmp_path / "b")
+    assert first.got == second.got
