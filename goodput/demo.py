@@ -78,7 +78,7 @@ def write_config(cfg: config_mod.Config, path: Path) -> None:
             **{t: list(a) for t, a in cfg.teams.accounts.items()},
             "default_team": cfg.teams.default_team,
         },
-        "store": {"kind": "chdb", "path": str(path.parent / "store")},
+        "store": {"kind": "chdb", "path": "store"},  # relative to this file: the directory moves as one
     }
     path.write_bytes(tomli_w.dumps(data).encode())
 

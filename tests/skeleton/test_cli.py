@@ -9,8 +9,8 @@ from pipeline.chdb_store import ChdbStore
 GOODPUT = [sys.executable, "-m", "goodput.cli"]
 
 
-def run(*args, check=True):
-    p = subprocess.run([*GOODPUT, *args], capture_output=True, text=True, timeout=600)
+def run(*args, check=True, cwd=None):
+    p = subprocess.run([*GOODPUT, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
@@ -45,10 +45,16 @@ def test_second_process_gets_a_clear_message_not_a_chdb_error(tmp_path):
 
 
 def test_demo_writes_its_outputs(tmp_path):
-    out = tmp_path / "demo"
-    p = run("demo", "--gpus", "32", "--hours", "0.3", "--out", str(out))
+    """As the README runs it: a relative --out, then `summary --config <out>/config.toml`, whose store
+    path is relative to the config file (the demo's directory can be moved as a whole)."""
+    p = run("demo", "--gpus", "32", "--hours", "0.3", "--out", "demo", cwd=tmp_path)
     assert "TOTAL" in p.stdout and "goodput" in p.stdout
+    out = tmp_path / "demo"
     for name in ("team_summary.csv", "job_summary.csv", "ground_truth.parquet", "config.toml", "store"):
         assert (out / name).exists(), name
-    doc = json.loads(run("summary", "--config", str(out / "config.toml"), "--json").stdout)
+    doc = json.loads(run("summary", "--config", "demo/config.toml", "--json", cwd=tmp_path).stdout)
     assert doc["cluster"] == "demo-east" and doc["teams"]
+    moved = tmp_path / "elsewhere"
+    out.rename(moved)
+    doc = json.loads(run("summary", "--config", str(moved / "config.toml"), "--json").stdout)
+    assert doc["teams"]
