@@ -77,6 +77,12 @@ def _order_by(kind: Kind) -> str:
     return ", ".join(cols)
 
 
+CLOCK_OFFSET = (
+    "clock_offset_s Float64 DEFAULT 0 COMMENT 'clock offset corrected on its nodes, largest in size (s)'"
+)
+"""job_summary's clock correction (docs/goodput-model.md, Clock skew): the node clock offset, of those
+applied to the job's nodes, largest in magnitude, signed (+ ahead of the scheduler); 0 when none. Added
+after schema 1 shipped: `migrate` adds it to older stores."""
 BATCH_ROW = "batch_row UInt32 DEFAULT 0 CODEC(ZSTD(1))"
 """The row's position in its batch: with (sender, seq) the order in which a source reported rows, which
 orders job events of the same millisecond (docs/messages.md). Added after schema 1 shipped: `migrate`
@@ -182,6 +188,7 @@ CREATE TABLE IF NOT EXISTS job_summary (
     goodput_pct Float64,
     sm_active_pct Float64 COMMENT 'mean busy level while running: the MFU proxy beside goodput',
     healthy_busy_pct Float64 COMMENT 'the job''s own healthy level b*',
+    {CLOCK_OFFSET},
     computed_at DateTime DEFAULT now()
 ) ENGINE = MergeTree ORDER BY (cluster, job_id)""",
     catalog.TEAM_DAY: f"""
@@ -301,6 +308,9 @@ def added_columns(cluster: str | None = None, on_cluster: bool = True) -> list[s
     for name in catalog.RAW_TABLES.values():
         for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
             out.append(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {BATCH_ROW} AFTER seq")
+    name = catalog.JOB_SUMMARY
+    for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
+        out.append(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {CLOCK_OFFSET} AFTER healthy_busy_pct")
     return out
 
 
