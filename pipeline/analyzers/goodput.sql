@@ -131,9 +131,12 @@ SETTINGS join_use_nulls = 1
 --     The estimate is the bound that is at least {clock_offset_ms} away from zero (lower for a clock
 --     ahead, upper for one behind), where the two agree within that threshold (a tagged span longer than
 --     the allocation is no evidence); otherwise 0. It is the smallest shift that puts the job's samples
---     back inside its allocation, so a correction never exceeds the true offset. A node's offset for the
---     run is the (lower) median of its jobs' estimates; nodes with 0 are left out. Every read of
---     raw_gpu, raw_nic and raw_storage below files a sample at ts - offset.
+--     back inside its allocation, so a correction never exceeds the true offset; per node, the (lower)
+--     median of its jobs' estimates. Where the node's GPU/NIC/storage batches carry the Kafka broker's
+--     append time (ingested_batches.appended) during its allocations, the broker estimate wins instead:
+--     max(sent - appended), the node's offset less the fastest batch's delay (0 under the threshold).
+--     Nodes with 0 are left out. Every read of raw_gpu, raw_nic and raw_storage below files a sample at
+--     ts - offset.
 CREATE OR REPLACE TABLE tmp_clock ENGINE = Memory AS
 WITH
 tagged AS (
@@ -150,9 +153,24 @@ est AS (
                    upper <= -{clock_offset_ms} AND upper >= lower - {clock_offset_ms}, upper,
                    toInt64(0)) AS off
     FROM held AS h INNER JOIN tagged AS t ON h.job_id = t.job_id AND h.node = t.node
+),
+by_alloc AS (SELECT node, toInt64(quantileExactLow(0.5)(off)) AS off FROM est GROUP BY node),
+span AS (SELECT node, min(h0) AS n0, max(h1) AS n1 FROM held GROUP BY node),
+by_broker AS (
+    SELECT b.node AS node, max(b.sent_ms - b.appended_ms) AS off
+    FROM (SELECT node, toUnixTimestamp64Milli(sent) AS sent_ms, toUnixTimestamp64Milli(assumeNotNull(appended)) AS appended_ms
+          FROM ingested_batches
+          WHERE cluster = '{cluster}' AND appended IS NOT NULL AND kind IN ('gpu', 'nic', 'storage')
+            AND node IN (SELECT node FROM span)) AS b
+    INNER JOIN span AS s ON b.node = s.node
+    WHERE b.appended_ms >= s.n0 AND b.appended_ms <= s.n1
+    GROUP BY node
 )
-SELECT node, toInt64(quantileExactLow(0.5)(off)) AS offset_ms, count() AS jobs, groupArray(job_id) AS job_ids
-FROM est GROUP BY node HAVING offset_ms != 0
+SELECT if(b.node != '', b.node, a.node) AS node,
+       if(b.node != '', if(abs(b.off) >= {clock_offset_ms}, b.off, toInt64(0)), a.off) AS offset_ms,
+       if(b.node != '', 'broker', 'allocation') AS method
+FROM by_alloc AS a FULL OUTER JOIN by_broker AS b ON a.node = b.node
+WHERE offset_ms != 0
 ;;
 -- 3b. What the run covers: the samples of its jobs' allocations (lo, hi] (read from skew ms either side,
 --     the largest clock offset corrected), and the days whose windows it rewrites (its jobs' allocations and their windows stored before, plus the range itself).
