@@ -129,6 +129,14 @@ LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "When the embedded analyzers last finished.",
         (),
     ),
+    "goodput_loader_node_clock_offset_seconds": (
+        "gauge",
+        "A node's clock offset (+ ahead) estimated from its batches' sent_ms against the Kafka broker's "
+        "append time: the largest sent - appended over the last 10 minutes, a lower bound tight for the "
+        "fastest batch. Only nodes that sent batches with an append time in that span (LogAppendTime "
+        "topics): one series per sending node.",
+        ("node",),
+    ),
 }
 """The loader service's own health (pipeline/loader_service.py): name -> (type, help, label names), as
 exposed; dashboards and alerts read these names from here. Counters end in `_total` as exposed."""

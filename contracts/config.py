@@ -173,6 +173,10 @@ class AnalyzerConfig(Table, frozen=True):
     stalled_second_fraction: Annotated[float, Meta(ge=0, lt=1)] = 0.1
     """A running second below this fraction of the healthy level did no work: wholly lost, not credited
     with its residual activity (a GPU waiting on data or a collective still shows a few % SM)."""
+    clock_offset_s: Annotated[float, Meta(gt=0)] = 2.0
+    """A node's clock offset (estimated per job from where its job-tagged GPU samples fall against the
+    scheduler's allocation) at least this large is corrected before classification; smaller ones are
+    within sampling jitter and left alone (docs/goodput-model.md, Clock skew)."""
     storage_saturation: Annotated[float, Meta(gt=0, le=1)] = 0.85
     """Fraction of the pool's storage ceiling that counts as saturated."""
     psi_some_pct: Annotated[float, Meta(ge=0, le=100)] = 20.0

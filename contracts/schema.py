@@ -709,7 +709,12 @@ ENVELOPE_FIELDS: tuple[tuple[str, str, str], ...] = (
         "Per-(cluster, node, kind) batch sequence number: starts at 0, +1 per batch, survives "
         "agent restarts. A repeated seq is a duplicate; a gap is loss upstream.",
     ),
-    ("sent_ms", "int", "When the agent sent (or first tried to send) the batch, Unix epoch ms."),
+    (
+        "sent_ms",
+        "int",
+        "When the agent sent (or first tried to send) the batch, Unix epoch ms, by the node's clock; "
+        "against the Kafka broker's append time it gives the node's clock offset (docs/loader.md).",
+    ),
     ("agent", "str", "Sender software and version, e.g. 'goodput-agent/0.1.0' or 'goodput-sim/0.1.0'."),
     ("columns", "object", "Field name -> array of values, all arrays of one length (the batch's rows)."),
 )

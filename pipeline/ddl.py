@@ -77,6 +77,16 @@ def _order_by(kind: Kind) -> str:
     return ", ".join(cols)
 
 
+APPENDED = "appended Nullable(DateTime64(3, 'UTC')) COMMENT 'broker append time (LogAppendTime), else null'"
+"""ingested_batches: when the Kafka broker appended the batch, on topics with LogAppendTime (null
+elsewhere); sent - appended bounds the sending node's clock offset from below (docs/loader.md). Added
+after schema 1 shipped: `migrate` adds it to older stores."""
+CLOCK_OFFSET = (
+    "clock_offset_s Float64 DEFAULT 0 COMMENT 'clock offset corrected on its nodes, largest in size (s)'"
+)
+"""job_summary's clock correction (docs/goodput-model.md, Clock skew): the node clock offset, of those
+applied to the job's nodes, largest in magnitude, signed (+ ahead of the scheduler); 0 when none. Added
+after schema 1 shipped: `migrate` adds it to older stores."""
 BATCH_ROW = "batch_row UInt32 DEFAULT 0 CODEC(ZSTD(1))"
 """The row's position in its batch: with (sender, seq) the order in which a source reported rows, which
 orders job events of the same millisecond (docs/messages.md). Added after schema 1 shipped: `migrate`
@@ -131,7 +141,7 @@ TTL toDateTime(received_at) + INTERVAL {DEAD_LETTER_TTL_DAYS} DAY""",
 CREATE TABLE IF NOT EXISTS ingested_batches (
     cluster LowCardinality(String), node LowCardinality(String), kind LowCardinality(String),
     seq UInt64, rows UInt32, source LowCardinality(String), partition Int32, offset Int64,
-    sent DateTime64(3, 'UTC'), ingested_at DateTime DEFAULT now()
+    sent DateTime64(3, 'UTC'), {APPENDED}, ingested_at DateTime DEFAULT now()
 ) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(sent) ORDER BY (cluster, kind, node, seq)
 TTL toDateTime(sent) + INTERVAL {RAW_TTL_DAYS} DAY""",
     catalog.DIM_NODES: """
@@ -182,6 +192,7 @@ CREATE TABLE IF NOT EXISTS job_summary (
     goodput_pct Float64,
     sm_active_pct Float64 COMMENT 'mean busy level while running: the MFU proxy beside goodput',
     healthy_busy_pct Float64 COMMENT 'the job''s own healthy level b*',
+    {CLOCK_OFFSET},
     computed_at DateTime DEFAULT now()
 ) ENGINE = MergeTree ORDER BY (cluster, job_id)""",
     catalog.TEAM_DAY: f"""
@@ -301,6 +312,12 @@ def added_columns(cluster: str | None = None, on_cluster: bool = True) -> list[s
     for name in catalog.RAW_TABLES.values():
         for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
             out.append(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {BATCH_ROW} AFTER seq")
+    for name, column, after in (
+        (catalog.JOB_SUMMARY, CLOCK_OFFSET, "healthy_busy_pct"),
+        (catalog.INGESTED_BATCHES, APPENDED, "sent"),
+    ):
+        for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
+            out.append(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {column} AFTER {after}")
     return out
 
 

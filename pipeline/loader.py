@@ -48,6 +48,9 @@ class LoadStats:
     """Parsing, dedup and validation (pipeline.validate): CPU in this process."""
     insert_s: float = 0.0
     """Store inserts (raw tables, ledger, dead letters)."""
+    clock_offsets_ms: dict[str, int] = field(default_factory=dict)
+    """Per node, the largest sent_ms - broker append time of its stored batches (records with an append
+    time only): a lower bound of the node's clock offset, tight for the batch delivered fastest."""
 
     def add(self, other: "LoadStats") -> None:
         self.records += other.records
@@ -57,6 +60,8 @@ class LoadStats:
         self.redelivered += other.redelivered
         self.decode_s += other.decode_s
         self.insert_s += other.insert_s
+        for node, off in other.clock_offsets_ms.items():
+            self.clock_offsets_ms[node] = max(off, self.clock_offsets_ms.get(node, off))
 
 
 @dataclass
@@ -234,6 +239,9 @@ class Loader:
             )
         stats.insert_s = time.perf_counter() - inserting
         for e in good:
+            if (appended := e.position.timestamp_ms) is not None:
+                off = e.sent_ms - appended
+                stats.clock_offsets_ms[e.node] = max(off, stats.clock_offsets_ms.get(e.node, off))
             self.seqs.add((e.cluster, e.node, e.kind), e.seq)
             where = (e.position.topic, e.position.partition)
             self.stored_offsets[where] = max(self.stored_offsets.get(where, -1), e.position.offset)
@@ -283,6 +291,7 @@ class Loader:
                 "partition": pa.array([e.position.partition for e in envs], pa.int32()),
                 "offset": pa.array([e.position.offset for e in envs], pa.int64()),
                 "sent": pa.array([e.sent_ms for e in envs], pa.timestamp("ms", tz="UTC")),
+                "appended": pa.array([e.position.timestamp_ms for e in envs], pa.timestamp("ms", tz="UTC")),
             }
         )
 

@@ -48,6 +48,9 @@ from transport.kafka import KafkaConsumerTransport, KafkaSettings
 log = logging.getLogger("goodput.loader.service")
 
 UNASSIGNED_WARN_S = 30.0
+CLOCK_WINDOW_S = 600.0
+"""goodput_loader_node_clock_offset_seconds: the envelope over this many seconds of batches; a node that
+sent nothing with a broker append time for that long loses its series."""
 """How long the loader may own no partition before it says so (and again every this many seconds)."""
 _T = TypeVar("_T")
 
@@ -70,6 +73,7 @@ class LoaderSeries:
     loader_transport_errors: PromCounter
     loader_load_duration_seconds: Histogram
     loader_analyzer_last_success_timestamp_seconds: Gauge
+    loader_node_clock_offset_seconds: Gauge
 
 
 class LoaderMetrics(MetricsEndpoint):
@@ -80,8 +84,9 @@ class LoaderMetrics(MetricsEndpoint):
         super().__init__(CollectorRegistry(auto_describe=True))
         self.m = declare(LoaderSeries, catalog.LOADER_METRICS, self.registry)
         self._lag_labels: set[tuple[str, str]] = set()
+        self._clock: dict[str, list[tuple[float, int]]] = {}
 
-    def loaded(self, stats: LoadStats, consumed: Counter) -> None:
+    def loaded(self, stats: LoadStats, consumed: Counter, now_s: float | None = None) -> None:
         for topic, n in consumed.items():
             self.m.loader_records_consumed.labels(topic).inc(n)
         for kind, n in stats.rows.items():
@@ -93,6 +98,20 @@ class LoaderMetrics(MetricsEndpoint):
         self.m.loader_redelivered_records.inc(stats.redelivered)
         self.m.loader_load_duration_seconds.labels("decode").observe(stats.decode_s)
         self.m.loader_load_duration_seconds.labels("insert").observe(stats.insert_s)
+        self.clock_offsets(stats.clock_offsets_ms, time.time() if now_s is None else now_s)
+
+    def clock_offsets(self, offsets_ms: dict[str, int], now_s: float) -> None:
+        """Per node, the largest sent - appended of the last CLOCK_WINDOW_S (each load's maximum kept)."""
+        for node, off in offsets_ms.items():
+            self._clock.setdefault(node, []).append((now_s, off))
+        for node in list(self._clock):
+            kept = [(t, o) for t, o in self._clock[node] if t > now_s - CLOCK_WINDOW_S]
+            if kept:
+                self._clock[node] = kept
+                self.m.loader_node_clock_offset_seconds.labels(node).set(max(o for _, o in kept) / 1000)
+            else:
+                del self._clock[node]
+                self.m.loader_node_clock_offset_seconds.remove(node)
 
     def committed(self, wall_s: float) -> None:
         self.m.loader_batches_committed.inc()

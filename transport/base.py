@@ -30,6 +30,10 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes
+    timestamp_ms: int | None = None
+    """When the broker appended the record (Kafka topics with message.timestamp.type=LogAppendTime):
+    a clock independent of the sending node's, against which the loader estimates that node's clock
+    offset. None where no such time exists (the in-process transport, CreateTime topics, files)."""
 
 
 class Producer(Protocol):

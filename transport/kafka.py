@@ -332,7 +332,16 @@ class KafkaConsumerTransport:
                 f"Kafka poll (group {self.group_id}) failed: {_why(e)}; {self.settings.what_to_check()}"
             ) from e
         return [
-            Record(tp.topic, tp.partition, m.offset, m.key, m.value)
+            # only the broker's own clock (LogAppendTime, timestamp_type 1) is kept: a CreateTime is the
+            # producing node's clock, the one being estimated
+            Record(
+                tp.topic,
+                tp.partition,
+                m.offset,
+                m.key,
+                m.value,
+                m.timestamp if getattr(m, "timestamp_type", 0) == 1 and m.timestamp >= 0 else None,
+            )
             for tp, msgs in batches.items()
             for m in msgs
         ]
@@ -409,7 +418,9 @@ def ensure_topics(
 
     An existing topic is never altered: adding partitions would move nodes to other partitions and
     break per-node ordering, so that stays a deliberate operator action. `replication_factor=-1`
-    takes the brokers' `default.replication.factor`.
+    takes the brokers' `default.replication.factor`. New topics get message.timestamp.type =
+    LogAppendTime: each record carries the broker's append time, against which the loader estimates
+    each node's clock offset (docs/loader.md); on a topic created otherwise the loader has no such time.
     """
     from kafka.admin import KafkaAdminClient
     from kafka.errors import KafkaError
@@ -426,7 +437,11 @@ def ensure_topics(
         if missing:
             result = admin.create_topics(
                 {
-                    n: {"num_partitions": partitions, "replication_factor": replication_factor}
+                    n: {
+                        "num_partitions": partitions,
+                        "replication_factor": replication_factor,
+                        "configs": {"message.timestamp.type": "LogAppendTime"},
+                    }
                     for n in missing
                 },
                 raise_errors=False,

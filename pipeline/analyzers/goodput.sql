@@ -124,8 +124,56 @@ LEFT JOIN tmp_job_end AS e ON c.job_id = e.job_id
 LEFT JOIN ties AS tie ON c.node = tie.node AND c.gpu = tie.gpu AND c.a0 = tie.a0
 SETTINGS join_use_nulls = 1
 ;;
--- 3b. What the run covers: the samples of its jobs' allocations (lo, hi], and the days whose windows it
---     rewrites (its jobs' allocations and their windows stored before, plus the range itself).
+-- 3a. Node clock offsets (docs/goodput-model.md, Clock skew). Job events carry the scheduler's clock; GPU
+--     samples carry their node's. Each (job, node) with GPU samples the agent tagged with the job bounds
+--     the node's offset: a tagged sample's second lies inside the allocation [a0, a1) by the scheduler's
+--     clock, so offset >= lower = (last tagged ts) - a1 and offset <= upper = (first tagged ts - 1 s) - a0.
+--     The estimate is the bound that is at least {clock_offset_ms} away from zero (lower for a clock
+--     ahead, upper for one behind), where the two agree within that threshold (a tagged span longer than
+--     the allocation is no evidence); otherwise 0. It is the smallest shift that puts the job's samples
+--     back inside its allocation, so a correction never exceeds the true offset; per node, the (lower)
+--     median of its jobs' estimates. Where the node's GPU/NIC/storage batches carry the Kafka broker's
+--     append time (ingested_batches.appended) during its allocations, the broker estimate wins instead:
+--     max(sent - appended), the node's offset less the fastest batch's delay (0 under the threshold).
+--     Nodes with 0 are left out. Every read of raw_gpu, raw_nic and raw_storage below files a sample at
+--     ts - offset.
+CREATE OR REPLACE TABLE tmp_clock ENGINE = Memory AS
+WITH
+tagged AS (
+    SELECT assumeNotNull(job_id) AS job_id, node, min(toUnixTimestamp64Milli(ts)) AS f,
+           max(toUnixTimestamp64Milli(ts)) AS l
+    FROM raw_gpu
+    WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)
+    GROUP BY job_id, node
+),
+held AS (SELECT job_id, node, min(a0) AS h0, max(a1) AS h1 FROM tmp_alloc WHERE a1 > a0 GROUP BY job_id, node),
+est AS (
+    SELECT h.job_id AS job_id, h.node AS node, t.l - h.h1 AS lower, t.f - 1000 - h.h0 AS upper,
+           multiIf(lower >= {clock_offset_ms} AND lower <= upper + {clock_offset_ms}, lower,
+                   upper <= -{clock_offset_ms} AND upper >= lower - {clock_offset_ms}, upper,
+                   toInt64(0)) AS off
+    FROM held AS h INNER JOIN tagged AS t ON h.job_id = t.job_id AND h.node = t.node
+),
+by_alloc AS (SELECT node, toInt64(quantileExactLow(0.5)(off)) AS off FROM est GROUP BY node),
+span AS (SELECT node, min(h0) AS n0, max(h1) AS n1 FROM held GROUP BY node),
+by_broker AS (
+    SELECT b.node AS node, max(b.sent_ms - b.appended_ms) AS off
+    FROM (SELECT node, toUnixTimestamp64Milli(sent) AS sent_ms, toUnixTimestamp64Milli(assumeNotNull(appended)) AS appended_ms
+          FROM ingested_batches
+          WHERE cluster = '{cluster}' AND appended IS NOT NULL AND kind IN ('gpu', 'nic', 'storage')
+            AND node IN (SELECT node FROM span)) AS b
+    INNER JOIN span AS s ON b.node = s.node
+    WHERE b.appended_ms >= s.n0 AND b.appended_ms <= s.n1
+    GROUP BY node
+)
+SELECT if(b.node != '', b.node, a.node) AS node,
+       if(b.node != '', if(abs(b.off) >= {clock_offset_ms}, b.off, toInt64(0)), a.off) AS offset_ms,
+       if(b.node != '', 'broker', 'allocation') AS method
+FROM by_alloc AS a FULL OUTER JOIN by_broker AS b ON a.node = b.node
+WHERE offset_ms != 0
+;;
+-- 3b. What the run covers: the samples of its jobs' allocations (lo, hi] (read from skew ms either side,
+--     the largest clock offset corrected), and the days whose windows it rewrites (its jobs' allocations and their windows stored before, plus the range itself).
 CREATE OR REPLACE TABLE tmp_span ENGINE = Memory AS
 WITH old AS (
     SELECT toInt64(min(toUnixTimestamp(window_start))) * 1000 AS o_lo,
@@ -133,6 +181,7 @@ WITH old AS (
     FROM goodput_windows WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)
 )
 SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
+       (SELECT toInt64(ifNull(max(abs(offset_ms)), 0)) FROM tmp_clock) AS skew,
        least(toInt64({start}), if(count() > 0, min(a0), toInt64({start})),
              if(any(old.o_n) > 0, any(old.o_lo), toInt64({start}))) AS day_lo,
        greatest(toInt64({end}), if(count() > 0, max(a1), toInt64({end})),
@@ -171,12 +220,12 @@ steps AS (
 ),
 per_second AS (
     SELECT a.job_id AS job_id, a.attempt AS attempt, g.t AS t, avg(g.bm) AS mb
-    FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t,
+    FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1 AS t,
                  toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm
           FROM raw_gpu FINAL
           WHERE cluster = '{cluster}' AND node IN (SELECT node FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att))
-            AND ts > fromUnixTimestamp64Milli((SELECT min(run_t) FROM att))
-            AND ts <= fromUnixTimestamp64Milli((SELECT max(stop_t) FROM att))) AS g
+            AND ts > fromUnixTimestamp64Milli((SELECT min(run_t) FROM att) - (SELECT skew FROM tmp_span))
+            AND ts <= fromUnixTimestamp64Milli((SELECT max(stop_t) FROM att) + (SELECT skew FROM tmp_span))) AS g
     INNER JOIN (SELECT * FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att)) AS al
         ON g.node = al.node AND g.gpu = al.gpu
     INNER JOIN att AS a ON al.job_id = a.job_id
@@ -300,11 +349,11 @@ CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
        sum(g.bm) AS bsum, count() AS n, bsum / n / 1000 AS b, groupBitOr(g.thr) AS thr,
        sumMap([toInt32(round(g.bm / 10))], [toUInt64(1)]) AS hist
-FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - 1 AS t,
+FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1 AS t,
              toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm, ifNull(throttle_reasons, 0) AS thr
       FROM raw_gpu FINAL
-      WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
-        AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))) AS g
+      WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
+        AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))) AS g
 ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run') AS p
     ON g.node = p.node AND g.gpu = p.gpu AND g.t >= p.o0
 WHERE g.t < p.o1 AND g.bm IS NOT NULL
@@ -334,13 +383,13 @@ FROM (
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
-    SELECT node, intDiv(toUnixTimestamp64Milli(ts) - 1, {W}) AS wi,
+    SELECT node, intDiv(toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1, {W}) AS wi,
            sumIf(read_bytes_per_s, source IN ('nfs', 'lustre'))
                / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
            maxIf(psi_some_pct, source = 'psi') AS psi
     FROM raw_storage FINAL
-    WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
-      AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))
+    WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
+      AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))
     GROUP BY node, wi
 ),
 pool_storage AS (
@@ -352,12 +401,12 @@ pool_storage AS (
 ),
 net AS (
     SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
-        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - 1, {W}) AS wi,
+        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1, {W}) AS wi,
                avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))) AS cnp,
                avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
         FROM raw_nic FINAL
-        WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo FROM tmp_span))
-          AND ts <= fromUnixTimestamp64Milli((SELECT hi FROM tmp_span))
+        WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
+          AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )

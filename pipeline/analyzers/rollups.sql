@@ -5,14 +5,14 @@ DELETE FROM {delete_from[job_summary]} WHERE cluster = '{cluster}' AND job_id IN
 ;;
 INSERT INTO job_summary (cluster, job_id, account, team, pool, gpus, attempts, first_allocated, last_seen,
                          allocated_gpu_seconds, {category_columns}, cost, waste_cost, goodput_pct,
-                         sm_active_pct, healthy_busy_pct)
+                         sm_active_pct, healthy_busy_pct, clock_offset_s)
 SELECT '{cluster}', w.job_id, min(w.account), min(w.team),
        (sumMap([w.pool], [w.us]) AS pm).1[indexOf(pm.2, arrayMax(pm.2))],
        if(any(ag.gpus) > 0, any(ag.gpus), any(ev.requested)), any(ev.attempts), any(ev.first_alloc), max(w.window_start),
        sum(w.us) / 1e6, {category_sums},
        sum(w.nano) / 1e9, sumIf(w.nano, w.category != 'productive') / 1e9,
        100 * sumIf(w.us, w.category = 'productive') / greatest(sum(w.us), 1),
-       ifNull(any(h.b_mean), 0), ifNull(any(h.b_star), 0)
+       ifNull(any(h.b_mean), 0), ifNull(any(h.b_star), 0), ifNull(any(ck.off), 0) / 1000
 FROM (SELECT *, toInt64(round(gpu_seconds * 1e6)) AS us, toInt64(round(cost * 1e9)) AS nano
       FROM goodput_windows WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)) AS w
 INNER JOIN (SELECT job_id, max(attempt) AS attempts,
@@ -24,6 +24,9 @@ LEFT JOIN (SELECT job_id, max(n) AS gpus FROM (  -- GPUs actually allocated, the
                GROUP BY job_id, attempt)
            GROUP BY job_id) AS ag ON w.job_id = ag.job_id
 LEFT JOIN tmp_healthy AS h ON w.job_id = h.job_id
+LEFT JOIN (SELECT a.job_id AS job_id, argMax(c.offset_ms, abs(c.offset_ms)) AS off  -- goodput.sql 3a
+           FROM (SELECT DISTINCT job_id, node FROM tmp_alloc) AS a INNER JOIN tmp_clock AS c ON a.node = c.node
+           GROUP BY job_id) AS ck ON w.job_id = ck.job_id
 WHERE w.cluster = '{cluster}'
 GROUP BY w.job_id
 ;;

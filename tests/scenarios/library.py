@@ -116,6 +116,14 @@ def skewed_clock() -> Timeline:
     return tl
 
 
+def skewed_clock_behind() -> Timeline:
+    """Node 1's clock runs 45 s behind: its samples carry times 45 s early (before the allocation)."""
+    tl = Timeline("skewed_clock_behind", SECONDS)
+    tl.simple_job(J, BOTH)
+    tl.offset_ms[1] = -45_000
+    return tl
+
+
 def _stalled(name: str, category: str, evidence: Callable[[Timeline], None]) -> Timeline:
     tl = Timeline(name, SECONDS)
     tl.simple_job(J, BOTH)
@@ -259,6 +267,7 @@ SCENARIOS: dict[str, Callable[[], Timeline]] = {
     "failure_just_before_checkpoint": failure_just_before_checkpoint,
     "silent_node": silent_node,
     "skewed_clock": skewed_clock,
+    "skewed_clock_behind": skewed_clock_behind,
     **threshold_scenarios(),
     "low_sm_healthy": low_sm_healthy,
     "throttled_straggler": throttled_straggler,

@@ -159,3 +159,14 @@ def test_ddl_applies_twice_and_records_its_version(tmp_path):
             "scheduling_delay",
         } <= names
         assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 1
+
+
+def test_migrate_adds_the_clock_columns_to_a_store_created_before_them(tmp_path):
+    with ChdbStore(tmp_path / "s") as store:
+        migrate(store)
+        store.execute("ALTER TABLE job_summary DROP COLUMN clock_offset_s")
+        store.execute("ALTER TABLE ingested_batches DROP COLUMN appended")
+        migrate(store)
+        for table, column in (("job_summary", "clock_offset_s"), ("ingested_batches", "appended")):
+            cols = store.query_arrow(f"SELECT * FROM {table} LIMIT 0").column_names
+            assert column in cols, (table, cols)
