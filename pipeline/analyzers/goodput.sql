@@ -435,7 +435,7 @@ SELECT job_id, wi, arraySort(groupArrayIf((node, gpu), bitAnd(thr, {straggler_ma
        concat('straggler ', first.1, ' GPU ', toString(first.2)) AS why
 FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}) != 0) > 0
 ;;
--- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle.
+-- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle (12).
 --    The lost share l of each (job, GPU, window) of running time. Seconds below
 --    {stalled_second_fraction} x b* did no work: each is lost whole (a GPU waiting on data or on a
 --    collective still shows a few % SM, which a mean would credit as work). The other ("live") seconds
@@ -467,19 +467,41 @@ LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
 LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
 ;;
 -- 12. All categorised seconds per (job, node, window, category, evidence).
+-- 12. A GPU with no samples at all while running (its agent or node down) is classified as its gang in
+--     that window: the job's other GPUs that did report, split the same way (a synchronous gang moves in
+--     lockstep: had the silent node stalled, its peers would wait). With no peer reporting (a one-node
+--     job, a whole gang silent) it is idle, "no telemetry from node".
 CREATE OR REPLACE TABLE tmp_classified ENGINE = Memory AS
+WITH
+heard AS (
+    SELECT job_id, node, wi, 'productive' AS category, '' AS evidence, secs * (1 - l) AS secs
+    FROM tmp_run_split WHERE NOT no_data
+    UNION ALL
+    SELECT job_id, node, wi, 'data_stall', d_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
+    FROM tmp_run_split WHERE l > 0 AND d_ev AND NOT no_data
+    UNION ALL
+    SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
+    FROM tmp_run_split WHERE l > 0 AND c_ev AND NOT no_data
+    UNION ALL
+    SELECT job_id, node, wi, 'idle', 'below healthy level, no evidence', secs * l
+    FROM tmp_run_split WHERE l > 0 AND NOT (d_ev OR c_ev) AND NOT no_data
+),
+gang AS (
+    SELECT job_id, wi, category, evidence, sum(secs) / sum(sum(secs)) OVER (PARTITION BY job_id, wi) AS share
+    FROM heard GROUP BY job_id, wi, category, evidence
+),
+silent AS (SELECT job_id, node, wi, sum(secs) AS secs FROM tmp_run_split WHERE no_data GROUP BY job_id, node, wi)
 SELECT job_id, node, wi, phase AS category, evidence, secs FROM tmp_piece_windows WHERE phase != 'run'
 UNION ALL
-SELECT job_id, node, wi, 'productive', '', secs * (1 - l) FROM tmp_run_split
+SELECT job_id, node, wi, category, evidence, secs FROM heard
 UNION ALL
-SELECT job_id, node, wi, 'data_stall', d_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
-FROM tmp_run_split WHERE l > 0 AND d_ev AND NOT no_data
+SELECT s.job_id, s.node, s.wi, g.category,
+       concat('no telemetry from node; as its gang', if(g.evidence != '', concat(': ', g.evidence), '')),
+       s.secs * g.share
+FROM silent AS s INNER JOIN gang AS g ON s.job_id = g.job_id AND s.wi = g.wi
 UNION ALL
-SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
-FROM tmp_run_split WHERE l > 0 AND c_ev AND NOT no_data
-UNION ALL
-SELECT job_id, node, wi, 'idle', if(no_data, 'no telemetry from node', 'below healthy level, no evidence'), secs * l
-FROM tmp_run_split WHERE l > 0 AND (no_data OR NOT (d_ev OR c_ev))
+SELECT s.job_id, s.node, s.wi, 'idle', 'no telemetry from node', s.secs
+FROM silent AS s LEFT ANTI JOIN (SELECT DISTINCT job_id, wi FROM gang) AS g ON s.job_id = g.job_id AND s.wi = g.wi
 ;;
 DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;
