@@ -2,10 +2,11 @@
 written second by second rather than by the simulator.
 
 What every scenario must satisfy: no dead letters, and every job's categories add up to its allocated
-GPU-seconds. What the analyzers get right today is asserted per scenario: >= 97 % of the lost seconds in the
-right category (counted both ways) and every category within 3 % for the lifecycle edges; >= 90 % and
-5 % for stalls whose evidence is over its threshold. The scenarios they still get wrong (evidence just
-below a threshold, step events alone, counters noisier than the healthy tolerance) are measured by bench/accuracy.py and listed in docs/goodput-model.md, not asserted here.
+GPU-seconds. What the analyzers get right today is asserted per scenario: >= 97 % of the lost seconds
+in the right category (counted both ways) and every category within 3 % for the lifecycle edges;
+>= 90 % and 5 % for stalls whose evidence is over its threshold. The scenarios they still get wrong
+(evidence just below a threshold, step events alone, counters noisier than the healthy tolerance) are
+measured by bench/accuracy.py and listed in docs/goodput-model.md, not asserted here.
 """
 
 from __future__ import annotations
