@@ -136,7 +136,7 @@ SETTINGS join_use_nulls = 1
 --     append time (ingested_batches.appended) during its allocations, the broker estimate wins instead:
 --     max(sent - appended), the node's offset less the fastest batch's delay (0 under the threshold).
 --     Nodes with 0 are left out. Every read of raw_gpu, raw_nic and raw_storage below files a sample at
---     ts - offset.
+--     ts - offset ({node_offset_ms}: the row's node's offset, 0 for nodes not in tmp_clock).
 CREATE OR REPLACE TABLE tmp_clock ENGINE = Memory AS
 WITH
 tagged AS (
@@ -220,7 +220,7 @@ steps AS (
 ),
 per_second AS (
     SELECT a.job_id AS job_id, a.attempt AS attempt, g.t AS t, avg(g.bm) AS mb
-    FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1 AS t,
+    FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1 AS t,
                  toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm
           FROM raw_gpu FINAL
           WHERE cluster = '{cluster}' AND node IN (SELECT node FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att))
@@ -349,7 +349,7 @@ CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
        sum(g.bm) AS bsum, count() AS n, bsum / n / 1000 AS b, groupBitOr(g.thr) AS thr,
        sumMap([toInt32(round(g.bm / 10))], [toUInt64(1)]) AS hist
-FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1 AS t,
+FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1 AS t,
              toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm, ifNull(throttle_reasons, 0) AS thr
       FROM raw_gpu FINAL
       WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
@@ -383,7 +383,7 @@ FROM (
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
-    SELECT node, intDiv(toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1, {W}) AS wi,
+    SELECT node, intDiv(toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1, {W}) AS wi,
            sumIf(read_bytes_per_s, source IN ('nfs', 'lustre'))
                / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
            maxIf(psi_some_pct, source = 'psi') AS psi
@@ -401,7 +401,7 @@ pool_storage AS (
 ),
 net AS (
     SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
-        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - transform(node, (SELECT groupArray(node) FROM tmp_clock), (SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0)) - 1, {W}) AS wi,
+        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1, {W}) AS wi,
                avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))) AS cnp,
                avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
         FROM raw_nic FINAL

@@ -152,6 +152,14 @@ def alive_jobs(store: Store, run_id: str = "") -> list[str]:
 _TEMP = re.compile(r"\b(" + "|".join(TEMP_TABLES) + r")\b")
 
 
+NODE_OFFSET_MS = (
+    "transform(node, (SELECT groupArray(node) FROM tmp_clock), "
+    "(SELECT groupArray(offset_ms) FROM tmp_clock), toInt64(0))"
+)
+"""The clock offset of a raw row's node (goodput.sql step 3a), 0 where none was estimated: every raw
+sample read in classification is filed at ts - this. A placeholder, so the SQL spells it once."""
+
+
 def temp_names(sql: str, run_id: str) -> str:
     """`sql` with every temp table renamed to its run's own (tmp_events -> tmp_events_<run_id>): two runs
     on one server never read or drop each other's."""
@@ -212,6 +220,7 @@ def run(
     params: dict = {
         **_params(cfg, start_ms, end_ms, data_end(store, cfg.cluster.name)),
         "run_id": run_id,
+        "node_offset_ms": temp_names(NODE_OFFSET_MS, run_id),
         "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
     }
     try:
