@@ -45,13 +45,21 @@ def agent_venv(tmp_path_factory) -> Path:
 
 
 def _fake_pynvml_path(root: Path) -> Path:
-    """A directory whose `pynvml` is the fake over 8 typical GPUs (tests/agents/agent_only_pynvml.py)."""
-    (root / "tests" / "collectors").mkdir(parents=True)
-    shutil.copy(ROOT / "tests" / "agents" / "agent_only_pynvml.py", root / "pynvml.py")
-    for init in ("tests/__init__.py", "tests/collectors/__init__.py"):
-        (root / init).touch()
-    for name in ("fake_pynvml.py", "trees.py"):
-        shutil.copy(ROOT / "tests" / "collectors" / name, root / "tests" / "collectors" / name)
+    """A directory whose `pynvml` is the fake over 8 typical GPUs: the repository's shim
+    (tests/agents/pynvml_shim/pynvml.py) beside copies of the test modules it imports, since the
+    agent-only venv has no repository on its path."""
+    root.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "agents" / "pynvml_shim" / "pynvml.py", root / "pynvml.py")
+    for name in (
+        "tests/__init__.py",
+        "tests/agents/__init__.py",
+        "tests/agents/fake_nvml_module.py",
+        "tests/collectors/__init__.py",
+        "tests/collectors/fake_pynvml.py",
+        "tests/collectors/trees.py",
+    ):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, root / name)
     return root
 
 
