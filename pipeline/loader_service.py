@@ -48,10 +48,10 @@ from transport.kafka import KafkaConsumerTransport, KafkaSettings
 log = logging.getLogger("goodput.loader.service")
 
 UNASSIGNED_WARN_S = 30.0
+"""How long the loader may own no partition before it says so (and again every this many seconds)."""
 CLOCK_WINDOW_S = 600.0
 """goodput_loader_node_clock_offset_seconds: the envelope over this many seconds of batches; a node that
 sent nothing with a broker append time for that long loses its series."""
-"""How long the loader may own no partition before it says so (and again every this many seconds)."""
 _T = TypeVar("_T")
 
 
