@@ -380,7 +380,7 @@ class StoreConfig(Table, frozen=True):
 
 class SimulationConfig(Table, frozen=True):
     """`[simulation]`: knobs of the simulated cluster behind `goodput demo` (ignored by the agent and the
-    pipeline). The defaults are goodput.sim.cluster.SimConfig's (a test checks they agree)."""
+    pipeline). goodput.sim.cluster.SimConfig takes its defaults from here."""
 
     accounts: Annotated[tuple[str, ...], Meta(min_length=1)] = ("llm", "cv", "asr", "research")
     failures_per_node_hour: NonNegative = 0.01

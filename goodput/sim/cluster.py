@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 
 from contracts.catalog import CATEGORIES
-from contracts.config import Config
+from contracts.config import Config, SimulationConfig
 from goodput.sim.scheduler import CKPT, GANG, RESTART, RUN, STARTUP, Job, Scheduler
 
 # Category codes of the truth/activity arrays: index into CODES; 0 means not allocated.
@@ -39,18 +39,22 @@ class PlannedFailure:
     kind: str = "xid"
 
 
+_KNOBS = SimulationConfig()
+"""The `[simulation]` defaults: declared once, in the config model."""
+
+
 @dataclass(frozen=True)
 class SimConfig:
     hours: float = 2.0
     seed: int = 1
     start_ms: int = 0
     batch_s: int = 60
-    failures_per_node_hour: float = 0.01
-    partial_allocation_probability: float = 0.3
-    storage_demand_scale: float = 1.0
-    network_demand_scale: float = 1.0
-    stragglers_per_hour: float = 2.0
-    accounts: tuple[str, ...] = ("llm", "cv", "asr", "research")
+    failures_per_node_hour: float = _KNOBS.failures_per_node_hour
+    partial_allocation_probability: float = _KNOBS.partial_allocation_probability
+    storage_demand_scale: float = _KNOBS.storage_demand_scale
+    network_demand_scale: float = _KNOBS.network_demand_scale
+    stragglers_per_hour: float = _KNOBS.stragglers_per_hour
+    accounts: tuple[str, ...] = _KNOBS.accounts
     planned_failures: tuple[PlannedFailure, ...] = ()
     max_job_nodes: int = 128
 
