@@ -184,6 +184,17 @@ class AnalyzerConfig(Table, frozen=True):
     xmit_wait_per_s: NonNegative = 1.0e6
     ecn_marked_per_s: NonNegative = 1000.0
     cnp_per_s: NonNegative = 1000.0
+    evidence_floor: Annotated[float, Meta(gt=0, le=1)] = 0.5
+    """A stall's evidence under its threshold still counts where it is at least this fraction of the
+    threshold and has risen `evidence_rise` x over the node's level while the job was healthy."""
+    evidence_rise: Annotated[float, Meta(ge=1)] = 3.0
+    """How far a signal under its threshold must rise over its healthy level to count as evidence."""
+    evidence_baseline_windows: Count = 6
+    """Healthy windows a (job, node) needs before its healthy evidence level is trusted; fewer, and only
+    the thresholds count."""
+    evidence_split: Literal["strength", "even"] = "strength"
+    """Where a stall has both storage and fabric evidence: split it by the strength of each (signal over
+    threshold), or half each."""
     straggler_clock_event_mask: Annotated[int, Meta(ge=0)] = 0x8 | 0x20 | 0x40 | 0x80
     """NVML clock event reasons that mark a GPU as a straggler."""
 

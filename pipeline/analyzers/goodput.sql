@@ -375,11 +375,13 @@ FROM (
     FROM tmp_run_gpu GROUP BY job_id
 )
 ;;
--- 9. Evidence per (node, window). Storage: the node's own I/O pressure, or its pool's storage at the
---    ceiling *and* this node among those reading it (at least half the pool's mean read rate per node:
---    a job starved by another reads less than the hog, but not nothing), so a pool at its ceiling does
---    not mark the nodes of jobs that hardly read. Fabric: congestion on any
---    port of the node (xmit_wait, ECN marks, CNPs sent or handled) or transmit near line rate.
+-- 9. Evidence strength per (node, window): each signal over its threshold, so 1 is the threshold and the
+--    strongest signal of a kind counts. Storage: the node's own I/O pressure, or its pool's storage read
+--    rate over the ceiling *if* this node is among those reading it (at least half the pool's mean read
+--    rate per node: a job starved by another reads less than the hog, but not nothing), so a pool at its
+--    ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any port of the node
+--    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
+--    evidence (at or above threshold, or risen with the stall: 11a).
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
@@ -410,23 +412,26 @@ net AS (
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )
-SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi,
-       ifNull(ps.ratio, 0) >= {storage_saturation} AND ifNull(s.read_rate, 0) > 0
-           AND ifNull(s.read_rate, 0) >= 0.5 * ps.mean_read AS pool_ev,
-       (pool_ev OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
-       (ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
-        OR ifNull(n.cnp, 0) >= {cnp_per_s} OR ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}) AS net_ev,
-       multiIf(pool_ev, concat('storage of pool ', d.pool, ' at ',
-               toString(round(ps.ratio * 100)), '% of its ceiling'),
-               ifNull(s.psi, 0) >= {psi_some_pct}, concat('I/O pressure ', toString(round(s.psi)), '% on ', s.node),
-               '') AS storage_why,
-       multiIf(ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
-               OR ifNull(n.cnp, 0) >= {cnp_per_s}, concat('fabric congestion at ', n.node),
-               ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}, concat('NIC line rate at ', n.node), '') AS net_why
-FROM storage AS s
-FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
-LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
-LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi
+SELECT node, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
+       if(s_pool >= s_psi, concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)),
+                                  '% of its ceiling'),
+          concat('I/O pressure ', toString(round(psi)), '% on ', node)) AS storage_why,
+       if(s_congestion >= s_line, concat('fabric congestion at ', node), concat('NIC line rate at ', node)) AS net_why
+FROM (
+    SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi, ifNull(d.pool, '') AS pool,
+           ifNull(ps.ratio, 0) AS pool_ratio, ifNull(s.psi, 0) AS psi,
+           if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= 0.5 * ps.mean_read,
+              pool_ratio / {storage_saturation}, 0) AS s_pool,
+           psi / greatest({psi_some_pct}, 1e-9) AS s_psi,
+           greatest(ifNull(n.xmit_wait, 0) / greatest({xmit_wait_per_s}, 1e-9),
+                    ifNull(n.ecn, 0) / greatest({ecn_marked_per_s}, 1e-9),
+                    ifNull(n.cnp, 0) / greatest({cnp_per_s}, 1e-9)) AS s_congestion,
+           ifNull(n.line_frac, 0) / {nic_line_rate_fraction} AS s_line
+    FROM storage AS s
+    FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
+    LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
+    LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi
+)
 SETTINGS join_use_nulls = 1
 ;;
 -- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
@@ -441,29 +446,56 @@ FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}
 --    collective still shows a few % SM, which a mean would credit as work). The other ("live") seconds
 --    lose 1 - b_live/b*, taken as 0 below {healthy_tolerance}. The dead seconds are read off the
 --    window's 0.01 % histogram.
+CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS
+SELECT job_id, node, gpu, wi, n,
+       greatest(ifNull(b_star, 0), 1e-6) AS bs,
+       {stalled_second_fraction} * bs * 100 AS dead_key,
+       arrayMap(k -> toInt64(ifNull(k, 0)), hist.1) AS keys,  -- histogram keys: never null (bm IS NOT NULL)
+       arraySum(arrayMap((k, c) -> if(k < dead_key, c, toUInt64(0)), keys, hist.2)) AS n_dead,
+       arraySum(arrayMap((k, c) -> if(k < dead_key, k * toInt64(c), toInt64(0)), keys, hist.2)) / 100 AS b_dead_sum,
+       if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
+       if(1 - b_live / bs < {healthy_tolerance}, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
+       (n_dead + (n - n_dead) * l_live) / n AS l
+FROM tmp_run_gpu INNER JOIN tmp_healthy USING job_id
+;;
+-- 11a. Each (job, node)'s evidence level while healthy: the (lower) median strength of each kind over the
+--    windows in which none of the job's GPUs on the node lost anything, given at least
+--    {evidence_baseline_windows} of them. A stall whose evidence is under the threshold but at least
+--    {evidence_floor} of it and {evidence_rise} x that level has evidence all the same: the signal rose
+--    with the stall (a fixed threshold cannot get both sides of its edge right).
+CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = Memory AS
+SELECT h.job_id AS job_id, h.node AS node,
+       quantileExactLow(0.5)(ifNull(e.s_d, 0)) AS base_d, quantileExactLow(0.5)(ifNull(e.s_c, 0)) AS base_c,
+       toUInt8(1) AS known
+FROM (SELECT job_id, node, wi FROM tmp_loss GROUP BY job_id, node, wi HAVING max(l) = 0) AS h
+LEFT JOIN tmp_node_evidence AS e ON h.node = e.node AND h.wi = e.wi
+GROUP BY h.job_id, h.node
+HAVING count() >= {evidence_baseline_windows}
+SETTINGS join_use_nulls = 1
+;;
+-- 11b. Each (job, GPU, window) of running time with its lost share and the evidence of its node: a kind
+--    is evidence at or above its threshold (strength 1), or risen with the stall (11a); a straggler of
+--    the job (10) is comm evidence of strength 1. Where both kinds are evidence, l is split by strength
+--    ({evidence_split} = 'strength'), or half each ('even').
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
-WITH loss AS (
-    SELECT job_id, node, gpu, wi, n,
-           greatest(ifNull(b_star, 0), 1e-6) AS bs,
-           {stalled_second_fraction} * bs * 100 AS dead_key,
-           arrayMap(k -> toInt64(ifNull(k, 0)), hist.1) AS keys,  -- histogram keys: never null (bm IS NOT NULL)
-           arraySum(arrayMap((k, c) -> if(k < dead_key, c, toUInt64(0)), keys, hist.2)) AS n_dead,
-           arraySum(arrayMap((k, c) -> if(k < dead_key, k * toInt64(c), toInt64(0)), keys, hist.2)) / 100 AS b_dead_sum,
-           if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
-           if(1 - b_live / bs < {healthy_tolerance}, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
-           (n_dead + (n - n_dead) * l_live) / n AS l
-    FROM tmp_run_gpu INNER JOIN tmp_healthy USING job_id
-)
 SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
        if(g.n = 0, 1.0, g.l) AS l,
        g.n = 0 AS no_data,
-       ifNull(e.storage_ev, 0) AS d_ev,
-       ifNull(e.net_ev, 0) OR st.why != '' AS c_ev,
-       ifNull(e.storage_why, '') AS d_why,
-       if(st.why != '', st.why, ifNull(e.net_why, '')) AS c_why
+       ifNull(e.s_d, 0) AS s_d,
+       greatest(ifNull(e.s_c, 0), if(st.why != '', 1.0, 0.0)) AS s_c,
+       s_d >= 1 OR (s_d >= {evidence_floor} AND s_d >= {evidence_rise} * if(b.known = 1, b.base_d, inf)) AS d_ev,
+       s_c >= 1 OR (s_c >= {evidence_floor} AND s_c >= {evidence_rise} * if(b.known = 1, b.base_c, inf)) AS c_ev,
+       if(d_ev AND c_ev, if('{evidence_split}' = 'even', 0.5, s_d / (s_d + s_c)), 1.0) AS d_share,
+       if(d_ev AND c_ev, 1.0 - d_share, 1.0) AS c_share,
+       concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
+              '% of its threshold, risen with the stall)'), '')) AS d_why,
+       if(st.why != '', st.why,
+          concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
+                 '% of its threshold, risen with the stall)'), ''))) AS c_why
 FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
-LEFT JOIN loss AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
+LEFT JOIN tmp_loss AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
 LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
+LEFT JOIN tmp_evidence_base AS b ON w.job_id = b.job_id AND w.node = b.node
 LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
 ;;
 -- 12. All categorised seconds per (job, node, window, category, evidence).
@@ -477,10 +509,10 @@ heard AS (
     SELECT job_id, node, wi, 'productive' AS category, '' AS evidence, secs * (1 - l) AS secs
     FROM tmp_run_split WHERE NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'data_stall', d_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
+    SELECT job_id, node, wi, 'data_stall', d_why, secs * l * d_share
     FROM tmp_run_split WHERE l > 0 AND d_ev AND NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
+    SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * c_share
     FROM tmp_run_split WHERE l > 0 AND c_ev AND NOT no_data
     UNION ALL
     SELECT job_id, node, wi, 'idle', 'below healthy level, no evidence', secs * l
