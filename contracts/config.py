@@ -167,12 +167,16 @@ class AnalyzerConfig(Table, frozen=True):
     healthy_quantile: Fraction = 0.9
     """First-pass percentile of a job's running seconds."""
     healthy_cutoff: Annotated[float, Meta(gt=0, le=1)] = 0.8
-    """Seconds at or above cutoff x that percentile count as healthy; b* is their median."""
+    """Seconds at or above cutoff x that percentile count as healthy; b* is the middle of their shortest
+    half."""
     healthy_tolerance: Annotated[float, Meta(ge=0, lt=1)] = 0.05
     """A window this close to the healthy level (1 - b/b* below it) is wholly productive."""
     stalled_second_fraction: Annotated[float, Meta(ge=0, lt=1)] = 0.1
     """A running second below this fraction of the healthy level did no work: wholly lost, not credited
     with its residual activity (a GPU waiting on data or a collective still shows a few % SM)."""
+    noise_z: Annotated[float, Meta(ge=0)] = 3.0
+    """How many standard deviations of a job's SM sample noise a loss must exceed: a second below
+    noise_z x sigma counts as dead, and a window's shortfall under the noise of its mean is no loss."""
     clock_offset_s: Annotated[float, Meta(gt=0)] = 2.0
     """A node's clock offset (estimated per job from where its job-tagged GPU samples fall against the
     scheduler's allocation) at least this large is corrected before classification; smaller ones are
@@ -195,6 +199,9 @@ class AnalyzerConfig(Table, frozen=True):
     evidence_split: Literal["strength", "even"] = "strength"
     """Where a stall has both storage and fabric evidence: split it by the strength of each (signal over
     threshold), or half each."""
+    step_wait_min: Annotated[float, Meta(ge=0, le=1)] = 0.01
+    """Where a job's ranks report step events and waited at least this share of their step time (beyond
+    their usual) in a window, the steps decide that window's lost share and its data/comm split."""
     straggler_clock_event_mask: Annotated[int, Meta(ge=0)] = 0x8 | 0x20 | 0x40 | 0x80
     """NVML clock event reasons that mark a GPU as a straggler."""
 
