@@ -1,5 +1,6 @@
 """Runs the analyzer SQL over a time range: refreshes the dimension tables from the config, then
-classifies every allocated GPU-second (goodput.sql) and rolls it up (rollups.sql).
+classifies every allocated GPU-second (goodput.sql), rolls it up (rollups.sql) and lists the faults,
+what each cost and the repeat offenders (faults.sql).
 
 Re-running a range replaces its outputs, so a late batch or a changed config is fixed by running the
 range again. Replacing means deleting rows first; on the cluster layout (pipeline/ddl.py) those deletes
@@ -46,7 +47,16 @@ TEMP_TABLES = (
     "tmp_run_split",
     "tmp_classified",
 )
-OUTPUT_TABLES = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
+OUTPUT_TABLES = (
+    catalog.GOODPUT_WINDOWS,
+    catalog.JOB_SUMMARY,
+    catalog.TEAM_DAY,
+    catalog.SCHEDULING_DELAY,
+    catalog.FAULTS,
+    catalog.FAULT_REPEATS,
+)
+SQL_FILES = ("rollups.sql", "faults.sql")
+"""Run in this order after goodput.sql, in the same run: they read its temp tables."""
 ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
 JOBS_PER_DELETE = 1000
 """Job ids spelled out per DELETE on a cluster: ~20 KB of SQL for Slurm-style ids, far below the servers'
@@ -125,6 +135,10 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "ecn_marked_per_s": repr(float(a.ecn_marked_per_s)),
         "cnp_per_s": repr(float(a.cnp_per_s)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
+        "fault_evidence_ms": str(int(round(a.fault_evidence_s * 1000))),
+        "repeat_window_ms": str(int(round(a.repeat_window_s * 1000))),
+        "xid_hw": ", ".join(str(c) for c in catalog.XID_CLASSES["xid_hw"]),
+        "xid_app": ", ".join(str(c) for c in catalog.XID_CLASSES["xid_app"]),
         "category_columns": ", ".join(f"s_{c}" for c in cats),
         "category_sums": ", ".join(f"sumIf(w.us, w.category = '{c}') / 1e6" for c in cats),
     }
@@ -234,8 +248,10 @@ def run(
         span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
         for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
             params[c] = str(int(span.column(c)[0].as_py()))
-        _execute(store, statements("rollups.sql", params), "rollups.sql", progress)
-        timings["rollups.sql"] = time.perf_counter() - t
+        for name in SQL_FILES:
+            _execute(store, statements(name, params), name, progress)
+            timings[name] = time.perf_counter() - t
+            t = time.perf_counter()
     finally:
         for tmp in TEMP_TABLES:
             try:

@@ -57,6 +57,8 @@ DERIVED = {
     "count() - uniqExact(category) AS repeated FROM team_day GROUP BY day, team, pool "
     "ORDER BY day, team, pool",
     "scheduling_delay": "SELECT * EXCEPT computed_at FROM scheduling_delay ORDER BY job_id",
+    "faults": "SELECT * EXCEPT computed_at FROM faults ORDER BY job_id, ts, event",
+    "fault_repeats": "SELECT * EXCEPT computed_at FROM fault_repeats ORDER BY scope, node, gpu",
 }
 """The derived tables as the test compares them with the single-server run. Which category a GPU-second
 lands in may differ between two runs (the healthy level comes from sampled quantiles), so goodput_windows
