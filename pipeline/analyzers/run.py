@@ -25,7 +25,7 @@ from contracts import catalog
 from contracts.config import Config
 from pipeline import ddl
 from pipeline.progress import Progress
-from pipeline.store import Store, first_line
+from pipeline.store import Store, first_line, quote
 
 log = logging.getLogger("goodput.analyzers")
 HERE = Path(__file__).parent
@@ -144,11 +144,6 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
     }
 
 
-def _quote(value: str) -> str:
-    """A ClickHouse string literal: job ids come from the raw data, quotes and backslashes included."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def alive_jobs(store: Store, run_id: str = "") -> list[str]:
     """What rollups.sql's `job_id IN ({alive_jobs})` reads, one entry per statement: the jobs of the range.
 
@@ -159,7 +154,7 @@ def alive_jobs(store: Store, run_id: str = "") -> list[str]:
     jobs = temp_names(ALIVE_JOBS, run_id)
     if ddl.delete_target(store, catalog.JOB_SUMMARY) is None:
         return [jobs]
-    ids = [_quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
+    ids = [quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
     return [", ".join(ids[i : i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
 
 
@@ -183,7 +178,7 @@ def temp_names(sql: str, run_id: str) -> str:
 def data_end(store: Store, cluster: str) -> int:
     """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
     still open are classified up to here, whatever range is asked for."""
-    where = f"WHERE cluster = {_quote(cluster)}"
+    where = f"WHERE cluster = {quote(cluster)}"
     latest = [
         f"(SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES[k]} {where})"
         for k in ("job", "gpu")

@@ -71,7 +71,7 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
 
     from contracts import catalog
     from contracts import config as config_mod
-    from goodput.sim.cluster import SimConfig, scaled_config, simulate
+    from goodput.sim.cluster import PlannedFailure, SimConfig, scaled_config, simulate
     from goodput.sim.emit import messages
     from pipeline import ddl
     from pipeline.analyzers import run as analyzers
@@ -113,7 +113,8 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
         )
 
         cfg = scaled_config(config_mod.load(), 16)
-        sim_cfg = SimConfig.from_config(cfg, hours=0.5, seed=3, start_ms=start_ms)
+        planned = tuple(PlannedFailure(0, t, "xid") for t in (200, 400))  # faults, and a repeat offender
+        sim_cfg = SimConfig.from_config(cfg, hours=0.5, seed=3, start_ms=start_ms, planned_failures=planned)
         records = [
             Record(topic, 0, i, key, value)
             for i, (topic, key, value) in enumerate(messages(simulate(sim_cfg, cfg)))
