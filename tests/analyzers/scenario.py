@@ -148,6 +148,23 @@ class Scenario:
         return out
 
 
+def fails_once(
+    sc, job_id, t0, t_fail, node="gpu-core-001", event="failed", reason="xid:79", xid_gpu=None, **extra
+):
+    """One node, 4 GPUs from t0 until a failure at t_fail with no restart (released then); `xid_gpu`: the
+    GPU whose agent reports the reason's XID a second before."""
+    j = dict(job_id=job_id, account="research")
+    sc.job(dict(t=t0, event="allocated", node=node, gpu_indices=[0, 1, 2, 3], **j))
+    sc.job(dict(t=t0, event="gang_complete", **j), dict(t=t0, event="running", **j))
+    sc.job(dict(t=t_fail, event=event, reason=reason, **extra, **j))
+    sc.job(dict(t=t_fail, event="released", node=node, gpu_indices=[0, 1, 2, 3], **j))
+    skip = (t_fail - 1, xid_gpu)
+    sc.gpu(node, [0, 1, 2, 3], t0, t_fail, lambda s, g: None if (s, g) == skip else 90.0)
+    if xid_gpu is not None:
+        xid = int(reason.removeprefix("xid:"))
+        sc.rows("gpu", node, t_fail - 2, t_fail - 1, gpu=xid_gpu, uuid=f"GPU-{node}-{xid_gpu}", xid=xid)
+
+
 def reset(store) -> None:
     for name in [*catalog.RAW_TABLES.values(), catalog.INGESTED_BATCHES, catalog.DEAD_LETTERS, *DERIVED]:
         store.execute(f"TRUNCATE TABLE IF EXISTS {name}")

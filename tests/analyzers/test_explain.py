@@ -15,8 +15,9 @@ import pytest
 
 from contracts import catalog
 from contracts import config as config_mod
+from pipeline.explain import explain, format_explain
 from pipeline.summary import SUMMARY_VERSION
-from tests.analyzers.scenario import Scenario, ms
+from tests.analyzers.scenario import Scenario, fails_once, ms
 
 GOODPUT = [sys.executable, "-m", "goodput.cli"]
 DOC = Path(__file__).parents[2] / "docs" / "summary.md"
@@ -189,3 +190,32 @@ REPEAT_KEYS = (
     "kinds",
     "jobs",
 )
+
+
+def test_a_job_still_queued_has_only_its_scheduling(sc):
+    sc.job(dict(t=0, event="submitted", job_id="queued", account="research", gpus_requested=8, queue="core"))
+    sc.load()
+    sc.analyze(0, 100)
+    e = explain(sc.store, sc.cfg.cluster.name, "queued", "USD")
+    assert set(e["job"].values()) == {None}
+    assert e["scheduling"]["submitted"] == iso(0) and e["scheduling"]["queue_wait_s"] is None
+    assert [c["gpu_seconds"] for c in e["categories"]] == [0] * len(catalog.CATEGORIES)
+    assert format_explain(e).splitlines() == [
+        "job queued (demo-east)",
+        "",
+        "scheduling: never allocated (queue core)",
+    ]
+
+
+def test_explain_names_a_repeat_offender(sc):
+    fails_once(sc, "first", 0, 100, xid_gpu=2)
+    fails_once(sc, "second", 110, 200, xid_gpu=2)
+    sc.load()
+    sc.analyze(0, 300)
+    e = explain(sc.store, sc.cfg.cluster.name, "second", "USD")
+    (f,) = e["faults"]
+    want = dict(failures=2, repeats=1, max_in_window=2, window_s=sc.cfg.analyzer.repeat_window_s)
+    assert f["node_repeats"] == want and f["gpu_repeats"] == want
+    (line,) = [ln for ln in format_explain(e).splitlines() if "xid_hw" in ln]
+    assert "repeat offender: this node failed 2x, 1 within 7 d of the last" in line
+    assert "repeat offender: this GPU failed 2x" in line

@@ -7,6 +7,7 @@ import msgspec
 import pytest
 
 from contracts import catalog
+from tests.analyzers.scenario import fails_once
 
 N1, N2 = "gpu-core-001", "gpu-core-002"
 GPUS = [0, 1, 2, 3]
@@ -42,21 +43,6 @@ def fails_and_resumes(sc, job_id, t_fail, reason, node=N1):
     sc.job(dict(t=t_fail + 50, event="running", attempt=2, **j))
     sc.job(dict(t=400, event="completed", attempt=2, **j))
     sc.job(dict(t=400, event="released", node=node, gpu_indices=GPUS, attempt=2, **j))
-
-
-def fails_once(sc, job_id, t0, t_fail, node=N1, event="failed", reason="xid:79", xid_gpu=None, **extra):
-    """One node, 4 GPUs from t0 until a failure at t_fail with no restart (released then); `xid_gpu`: the
-    GPU whose agent reports the reason's XID a second before."""
-    j = dict(job_id=job_id, account="research")
-    sc.job(dict(t=t0, event="allocated", node=node, gpu_indices=GPUS, **j))
-    sc.job(dict(t=t0, event="gang_complete", **j), dict(t=t0, event="running", **j))
-    sc.job(dict(t=t_fail, event=event, reason=reason, **extra, **j))
-    sc.job(dict(t=t_fail, event="released", node=node, gpu_indices=GPUS, **j))
-    skip = (t_fail - 1, xid_gpu)
-    sc.gpu(node, GPUS, t0, t_fail, lambda s, g: None if (s, g) == skip else 90.0)
-    if xid_gpu is not None:
-        xid = int(reason.removeprefix("xid:"))
-        sc.rows("gpu", node, t_fail - 2, t_fail - 1, gpu=xid_gpu, uuid=f"GPU-{node}-{xid_gpu}", xid=xid)
 
 
 CLASSES = [
