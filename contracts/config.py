@@ -204,6 +204,12 @@ class AnalyzerConfig(Table, frozen=True):
     their usual) in a window, the steps decide that window's lost share and its data/comm split."""
     straggler_clock_event_mask: Annotated[int, Meta(ge=0)] = 0x8 | 0x20 | 0x40 | 0x80
     """NVML clock event reasons that mark a GPU as a straggler."""
+    fault_evidence_s: Seconds = 60.0
+    """A failure is located on a GPU, node or NIC by telemetry this close to it (an XID or a lost GPU, a
+    port not ACTIVE): samples within this many seconds either side of the `failed` event."""
+    repeat_window_s: Seconds = 7 * 86400.0
+    """A node or GPU that fails again within this many seconds of its previous failure is a repeat
+    offender (`fault_repeats`)."""
 
 
 _MAX_PAST_DAYS = 90

@@ -211,6 +211,41 @@ CREATE TABLE IF NOT EXISTS scheduling_delay (
     gang_wait_s Nullable(Float64) COMMENT 'first GPU allocated -> gang complete (GPU time held)',
     computed_at DateTime DEFAULT now()
 ) ENGINE = MergeTree ORDER BY (cluster, job_id)""",
+    catalog.FAULTS: f"""
+CREATE TABLE IF NOT EXISTS faults (
+    cluster LowCardinality(String), job_id String, attempt UInt16,
+    ts DateTime64(3, 'UTC') COMMENT 'the failed or preempted event',
+    event LowCardinality(String) COMMENT 'failed | preempted',
+    kind LowCardinality(String) COMMENT 'catalog.FAULT_KINDS: xid_hw, nccl_timeout, preemption, ...',
+    owner LowCardinality(String) COMMENT 'job (a failure) | scheduler (a preemption)',
+    reason String COMMENT 'as the scheduler reported it',
+    xid Nullable(UInt32), exit_code Nullable(Int64),
+    node String COMMENT 'where it happened; empty when nothing says',
+    gpu Nullable(Int32), nic String COMMENT 'device:port of a port not ACTIVE, else empty',
+    located_by LowCardinality(String) COMMENT 'event | xid | gpu_lost | nic_down | released | empty',
+    lost_gpu_seconds Float64 COMMENT 'retry_waste: progress lost since the last checkpoint',
+    restart_gpu_seconds Float64 COMMENT 'retry_waste: from the failure to the next attempt running',
+    held_gpu_seconds Float64 COMMENT 'idle: GPUs held after a failure with no restart',
+    gpu_seconds Float64 COMMENT 'lost + restart: the retry_waste this fault caused',
+    cost Float64 COMMENT 'of lost + restart + held',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (cluster, job_id, ts)
+TTL toDateTime(ts) + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.FAULT_REPEATS: """
+CREATE TABLE IF NOT EXISTS fault_repeats (
+    cluster LowCardinality(String),
+    scope LowCardinality(String) COMMENT 'node | gpu',
+    node String, gpu Nullable(Int32) COMMENT 'scope gpu: the GPU index; scope node: null',
+    failures UInt32 COMMENT 'its failures (owner job) in faults',
+    repeats UInt32 COMMENT 'failures within window_s of its previous failure',
+    max_in_window UInt32 COMMENT 'the most failures inside one window_s',
+    first_failure DateTime64(3, 'UTC'), last_failure DateTime64(3, 'UTC'),
+    window_s Float64 COMMENT '[analyzer].repeat_window_s of the run',
+    gpu_seconds Float64 COMMENT 'retry_waste its failures caused',
+    kinds Array(String) COMMENT 'distinct fault kinds, sorted',
+    jobs Array(String) COMMENT 'distinct jobs, sorted',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree ORDER BY (cluster, scope, node)""",
 }
 
 
@@ -246,6 +281,8 @@ SHARD_KEYS: dict[str, str] = {
     catalog.JOB_SUMMARY: "cityHash64(job_id)",
     catalog.TEAM_DAY: "cityHash64(team)",
     catalog.SCHEDULING_DELAY: "cityHash64(job_id)",
+    catalog.FAULTS: "cityHash64(job_id)",
+    catalog.FAULT_REPEATS: "cityHash64(node)",
 }
 """How Distributed tables spread rows over shards. Deterministic, never rand(): a retried insert splits
 the same way, so each shard sees the same block again and drops it by its deduplication token. Raw

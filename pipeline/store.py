@@ -34,6 +34,12 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+def quote(value: str) -> str:
+    """A ClickHouse string literal: job ids come from the raw data or a command line, quotes and
+    backslashes included."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def first_line(sql: str) -> str:
     line = next((ln.strip() for ln in sql.splitlines() if ln.strip()), "")
     return line[:120]

@@ -1,5 +1,6 @@
 """Runs the analyzer SQL over a time range: refreshes the dimension tables from the config, then
-classifies every allocated GPU-second (goodput.sql) and rolls it up (rollups.sql).
+classifies every allocated GPU-second (goodput.sql), rolls it up (rollups.sql) and lists the faults,
+what each cost and the repeat offenders (faults.sql).
 
 Re-running a range replaces its outputs, so a late batch or a changed config is fixed by running the
 range again. Replacing means deleting rows first; on the cluster layout (pipeline/ddl.py) those deletes
@@ -24,7 +25,7 @@ from contracts import catalog
 from contracts.config import Config
 from pipeline import ddl
 from pipeline.progress import Progress
-from pipeline.store import Store, first_line
+from pipeline.store import Store, first_line, quote
 
 log = logging.getLogger("goodput.analyzers")
 HERE = Path(__file__).parent
@@ -50,7 +51,16 @@ TEMP_TABLES = (
     "tmp_run_split",
     "tmp_classified",
 )
-OUTPUT_TABLES = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
+OUTPUT_TABLES = (
+    catalog.GOODPUT_WINDOWS,
+    catalog.JOB_SUMMARY,
+    catalog.TEAM_DAY,
+    catalog.SCHEDULING_DELAY,
+    catalog.FAULTS,
+    catalog.FAULT_REPEATS,
+)
+SQL_FILES = ("rollups.sql", "faults.sql")
+"""Run in this order after goodput.sql, in the same run: they read its temp tables."""
 ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
 JOBS_PER_DELETE = 1000
 """Job ids spelled out per DELETE on a cluster: ~20 KB of SQL for Slurm-style ids, far below the servers'
@@ -135,14 +145,13 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "evidence_split": a.evidence_split,
         "step_wait_min": repr(float(a.step_wait_min)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
+        "fault_evidence_ms": str(int(round(a.fault_evidence_s * 1000))),
+        "repeat_window_ms": str(int(round(a.repeat_window_s * 1000))),
+        "xid_hw": ", ".join(str(c) for c in catalog.XID_CLASSES["xid_hw"]),
+        "xid_app": ", ".join(str(c) for c in catalog.XID_CLASSES["xid_app"]),
         "category_columns": ", ".join(f"s_{c}" for c in cats),
         "category_sums": ", ".join(f"sumIf(w.us, w.category = '{c}') / 1e6" for c in cats),
     }
-
-
-def _quote(value: str) -> str:
-    """A ClickHouse string literal: job ids come from the raw data, quotes and backslashes included."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def alive_jobs(store: Store, run_id: str = "") -> list[str]:
@@ -155,7 +164,7 @@ def alive_jobs(store: Store, run_id: str = "") -> list[str]:
     jobs = temp_names(ALIVE_JOBS, run_id)
     if ddl.delete_target(store, catalog.JOB_SUMMARY) is None:
         return [jobs]
-    ids = [_quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
+    ids = [quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
     return [", ".join(ids[i : i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
 
 
@@ -179,7 +188,7 @@ def temp_names(sql: str, run_id: str) -> str:
 def data_end(store: Store, cluster: str) -> int:
     """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
     still open are classified up to here, whatever range is asked for."""
-    where = f"WHERE cluster = {_quote(cluster)}"
+    where = f"WHERE cluster = {quote(cluster)}"
     latest = [
         f"(SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES[k]} {where})"
         for k in ("job", "gpu")
@@ -244,8 +253,10 @@ def run(
         span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
         for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
             params[c] = str(int(span.column(c)[0].as_py()))
-        _execute(store, statements("rollups.sql", params), "rollups.sql", progress)
-        timings["rollups.sql"] = time.perf_counter() - t
+        for name in SQL_FILES:
+            _execute(store, statements(name, params), name, progress)
+            timings[name] = time.perf_counter() - t
+            t = time.perf_counter()
     finally:
         for tmp in TEMP_TABLES:
             try:

@@ -135,7 +135,7 @@ def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
         assert "tmp_" not in statement  # ON CLUSTER runs it on hosts without the initiator's temporary tables
     # Two slices of job ids per job-keyed table: 1,000 and the one left, quoted as ClickHouse reads them.
     want = [", ".join(f"'{j}'" for j in store.jobs[:1000]), "'o\\'brien\\\\1'"]
-    for table in (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.SCHEDULING_DELAY):
+    for table in (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.SCHEDULING_DELAY, catalog.FAULTS):
         slices = [
             s.split("job_id IN (", 1)[1].removesuffix(")")
             for s in destructive
@@ -152,11 +152,11 @@ def test_analyzers_on_one_server_delete_from_the_catalog_tables():
     store.cluster = None  # a ServerStore without `cluster`; ChdbStore has no such attribute at all
     analyzers.run(store, config_mod.load(), 0, 3_600_000)
     destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
-    assert len(destructive) == 7 and not any(
+    assert len(destructive) == len(analyzers.OUTPUT_TABLES) + 3 and not any(
         " ON CLUSTER " in s or ddl.LOCAL_SUFFIX in s for s in destructive
     )
     alive = re.compile(r"job_id IN \(SELECT DISTINCT job_id FROM tmp_events_\w+\)")
-    assert sum(bool(alive.search(s)) for s in destructive) == 3
+    assert sum(bool(alive.search(s)) for s in destructive) == 4  # all but team_day and fault_repeats
 
 
 def _chdb_run(workdir: Path, start_ms: int, *flags: str) -> dict:
