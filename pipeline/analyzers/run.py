@@ -1,5 +1,6 @@
 """Runs the analyzer SQL over a time range: refreshes the dimension tables from the config, then
-classifies every allocated GPU-second (goodput.sql) and rolls it up (rollups.sql).
+classifies every allocated GPU-second (goodput.sql), rolls it up (rollups.sql) and derives the fleet
+views: queue delay, capacity, fragmentation, pool holds, idle allocations, placement (fleet.sql).
 
 Re-running a range replaces its outputs, so a late batch or a changed config is fixed by running the
 range again. Replacing means deleting rows first; on the cluster layout (pipeline/ddl.py) those deletes
@@ -46,7 +47,19 @@ TEMP_TABLES = (
     "tmp_run_split",
     "tmp_classified",
 )
-OUTPUT_TABLES = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
+OUTPUT_TABLES = (
+    catalog.GOODPUT_WINDOWS,
+    catalog.JOB_SUMMARY,
+    catalog.TEAM_DAY,
+    catalog.SCHEDULING_DELAY,
+    catalog.QUEUE_DELAY_DAY,
+    catalog.POOL_CAPACITY,
+    catalog.POOL_FRAGMENTATION,
+    catalog.POOL_HOLDS,
+    catalog.POOL_TEAM_DAY,
+    catalog.IDLE_ALLOCATIONS,
+    catalog.JOB_PLACEMENT,
+)
 ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
 JOBS_PER_DELETE = 1000
 """Job ids spelled out per DELETE on a cluster: ~20 KB of SQL for Slurm-style ids, far below the servers'
@@ -57,6 +70,8 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
     """Writes the config's pools, nodes, prices and team mapping where the SQL can join them."""
     nodes = [(n, p) for p in cfg.pools for n in p.nodes]
     tiers = cfg.network_tiers
+    placed, racks = cfg.topology.placements(), cfg.topology.rack_of()
+    mapped = sorted(set(placed) | set(racks))
     tables = {
         catalog.DIM_NODES: pa.table(
             {
@@ -81,6 +96,17 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
                 "gpus": pa.array([len(p.nodes) * p.gpus_per_node for p in cfg.pools], pa.uint32()),
                 "storage_ceiling_bytes_per_s": [p.storage_ceiling_bytes_per_s for p in cfg.pools],
                 "oversubscription": [tiers[p.network_tier].oversubscription for p in cfg.pools],
+            }
+        ),
+        catalog.DIM_TOPOLOGY: pa.table(
+            {
+                "node": mapped,
+                "leaf": [placed[n].leaf if n in placed else "" for n in mapped],
+                "spine": [placed[n].spine if n in placed else "" for n in mapped],
+                "path": pa.array(
+                    [list(placed[n].path) if n in placed else [] for n in mapped], pa.list_(pa.string())
+                ),
+                "rack": [racks.get(n, "") for n in mapped],
             }
         ),
         catalog.DIM_ACCOUNTS: pa.table(
@@ -125,6 +151,9 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "ecn_marked_per_s": repr(float(a.ecn_marked_per_s)),
         "cnp_per_s": repr(float(a.cnp_per_s)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
+        "bucket": str(int(a.capacity_bucket_s) * 1000),
+        "idle_after_ms": str(int(round(a.idle_reclaim_after_s * 1000))),
+        "idle_busy_milli": str(int(round(a.idle_busy_pct * 1000))),
         "category_columns": ", ".join(f"s_{c}" for c in cats),
         "category_sums": ", ".join(f"sumIf(w.us, w.category = '{c}') / 1e6" for c in cats),
     }
@@ -193,6 +222,34 @@ def statements(name: str, params: dict) -> list[str]:
     return out
 
 
+def fleet_ranges(store: Store, params: dict, run_id: str) -> dict[str, str]:
+    """The literal ranges fleet.sql replaces (its header says which table each bounds), read before
+    rollups.sql rewrites scheduling_delay: the days of the alive jobs' submissions, now and as stored
+    before; the capacity buckets of the run's days up to the end of the data; the range's windows up to
+    the end of the data. Literals, as the DELETEs may run ON CLUSTER."""
+    alive = f"cluster = {_quote(params['cluster'])} AND job_id IN (SELECT job_id FROM tmp_events)"
+    stored = f"toUnixTimestamp64Milli(submitted)) FROM {catalog.SCHEDULING_DELAY} WHERE {alive}"
+    q = temp_names(
+        "SELECT (SELECT min(t) FROM tmp_events WHERE event = 'submitted') AS new_lo, "
+        "(SELECT max(t) FROM tmp_events WHERE event = 'submitted') AS new_hi, "
+        f"(SELECT min({stored}) AS old_lo, (SELECT max({stored}) AS old_hi",
+        run_id,
+    )
+    row = {k: v[0] for k, v in store.query_arrow(q).to_pydict().items()}
+    start, end, as_of = int(params["start"]), int(params["end"]), int(params["as_of"])
+    los = [int(params["day_lo"])] + [int(row[k]) for k in ("new_lo", "old_lo") if row[k]]
+    his = [int(params["day_hi"])] + [int(row[k]) for k in ("new_hi", "old_hi") if row[k]]
+    b = int(params["bucket"])
+    cap_lo, cap_hi = int(params["day_lo"]) // b * b, -(-min(int(params["day_hi"]), as_of) // b) * b
+    return {
+        "sub_lo": str(min(los)),
+        "sub_hi": str(max(his)),
+        "cap_lo": str(cap_lo),
+        "cap_hi": str(max(cap_lo, cap_hi)),
+        "frag_hi": str(max(start, min(end, as_of))),
+    }
+
+
 def step_name(sql: str) -> str:
     """A statement in a progress line: its verb and table (`INSERT goodput_windows`)."""
     m = re.match(r"\s*(\w+).*?\b(?:TABLE|INTO|FROM)\s+(\w+)", sql, re.S)
@@ -234,8 +291,12 @@ def run(
         span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
         for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
             params[c] = str(int(span.column(c)[0].as_py()))
+        params.update(fleet_ranges(store, params, run_id))
         _execute(store, statements("rollups.sql", params), "rollups.sql", progress)
         timings["rollups.sql"] = time.perf_counter() - t
+        t = time.perf_counter()
+        _execute(store, statements("fleet.sql", params), "fleet.sql", progress)
+        timings["fleet.sql"] = time.perf_counter() - t
     finally:
         for tmp in TEMP_TABLES:
             try:

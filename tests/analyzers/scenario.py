@@ -20,7 +20,7 @@ from transport.base import InProcessTransport
 T0 = (int(time.time()) // 3600 - 6) * 3_600_000
 SCHED = "sched-01"
 JOB_FIELDS = [f.name for f in KINDS["job"].fields]
-DERIVED = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
+DERIVED = analyzers.OUTPUT_TABLES
 
 
 def ms(t_s: float) -> int:
