@@ -168,7 +168,8 @@ class SwitchConfig(Table, frozen=True):
 
 class TopologyConfig(Table, frozen=True):
     """`[topology]`: the network tree (leaf / spine switches) and racks, for each job's placement
-    (`job_placement`, docs/goodput-model.md, Topology). Empty: placement is not analysed."""
+    (`job_placement`, docs/goodput-model.md, Topology). Empty: every node is unmapped, and a job's
+    placement counts its nodes only."""
 
     slurm_topology_conf: FilePath = ""
     """A Slurm topology.conf (tree plugin: `SwitchName=leaf1 Nodes=node[01-08]`,
@@ -195,18 +196,19 @@ class TopologyConfig(Table, frozen=True):
 
     def placements(self) -> dict[str, topology.Placement]:
         """Node -> leaf and path to the root, from the Slurm file (read now) and the inline switches;
-        ValueError naming the file and line (or key) when the tree is invalid."""
-        switches = []
-        if self.slurm_topology_conf:
-            path = Path(self.slurm_topology_conf)
-            try:
-                text = path.read_text()
-            except OSError as e:
-                raise ValueError(
-                    f"[topology].slurm_topology_conf: cannot read {path}: {e.strerror}"
-                ) from None
-            switches = topology.parse_slurm(text, str(path))
-        return topology.build([*switches, *self._inline()])
+        ConfigError naming the file and line (or key) when the tree is invalid, so the commands print
+        it as one line."""
+        if not self.slurm_topology_conf:
+            return topology.build(self._inline())
+        path = Path(self.slurm_topology_conf)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"[topology].slurm_topology_conf: cannot read {path}: {e.strerror}") from None
+        try:
+            return topology.build([*topology.parse_slurm(text, str(path)), *self._inline()])
+        except ValueError as e:
+            raise ConfigError(f"{e} (from [topology].slurm_topology_conf)") from None
 
     def rack_of(self) -> dict[str, str]:
         return {n: rack for rack, specs in self.racks.items() for spec in specs for n in expand_nodes(spec)}

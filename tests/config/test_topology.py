@@ -3,6 +3,8 @@ config's own switches give each node its leaf and path to the top; bad input nam
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -96,5 +98,25 @@ def test_bad_topology_config_is_refused_naming_the_key(text, message):
 
 def test_a_missing_slurm_file_is_an_error_naming_the_key(tmp_path):
     cfg = parse(f'[topology]\nslurm_topology_conf = "{tmp_path}/nope.conf"')
-    with pytest.raises(ValueError, match=r"\[topology\].slurm_topology_conf: cannot read .*nope.conf"):
+    with pytest.raises(ConfigError, match=r"\[topology\].slurm_topology_conf: cannot read .*nope.conf"):
         cfg.topology.placements()
+
+
+def test_analyze_with_a_bad_topology_conf_is_one_line_and_exit_2(tmp_path):
+    """`goodput analyze` reads the file when it refreshes the dimensions: a typo is the command's error,
+    naming the file and line, before anything is classified."""
+    (tmp_path / "topology.conf").write_text(
+        "SwitchName=leaf1 Nodes=gpu-core-[001-008]\nSwitchName=s Nodez=x\n"
+    )
+    example = config.EXAMPLE_CONFIG.read_text()
+    (tmp_path / "goodput.toml").write_text(example + '\n[topology]\nslurm_topology_conf = "topology.conf"\n')
+    p = subprocess.run(
+        [sys.executable, "-m", "goodput.cli", "analyze", "--config", str(tmp_path / "goodput.toml"),
+         "--store", str(tmp_path / "store"), "--since-ms", "0", "--until-ms", "3600000"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"goodput analyze: {tmp_path}/topology.conf:2: unknown key 'Nodez' (expected SwitchName, Switches, "
+        "Nodes, LinkSpeed) (from [topology].slurm_topology_conf)"
+    ]
