@@ -114,9 +114,36 @@ def test_capacity_is_allocated_plus_unallocated_exactly_per_pool_and_bucket(sc):
     for r in rows:
         cap, al, un = (round(r[c] * 1e6) for c in ("capacity_gpu_s", "allocated_gpu_s", "unallocated_gpu_s"))
         assert cap == al + un
+        assert r["allocated_pct"] == pytest.approx(100 * al / cap, rel=1e-12)
         assert al == allocated.get((r["pool"], r["b"]), 0)
         assert cap == r["gpus"] * (min(r["b"] + 600_000, as_of) - r["b"]) * 1000
     assert min(r["b"] for r in rows) == T0 // 600_000 * 600_000 and max(r["b"] for r in rows) < as_of
+
+
+def test_pool_holds_say_which_team_holds_the_core_pool_and_for_how_long(sc):
+    held(sc, "a", CORE[0], range(8), 0, 0, 700, account="llm", busy=None)
+    sc.job(dict(t=100, job_id="a", event="allocated", node=CORE[1], gpu_indices=[0, 1], account="llm"))
+    held(sc, "b", CORE[2], range(4), 0, 50, 350, account="cv", busy=None)
+    held(sc, "c", CORE[3], range(4), 0, 400, 700, account="cv", busy=None)  # as long as b: the tie
+    held(sc, "d", SHR, range(8), 0, 0, 900, account="cv", busy=None)
+    sc.load()
+    sc.analyze(0, 1000)
+    holds = {
+        r["job_id"]: (r["team"], r["pool"], r["pool_class"], r["hold_s"], r["gpus"], r["gpu_hours"])
+        for r in table(sc, "SELECT * FROM pool_holds")
+    }
+    assert holds == {
+        "a": ("llm-pretrain", "core", "core", 700.0, 10, (8 * 700 + 2 * 600) / 3600),
+        "b": ("vision", "core", "core", 300.0, 4, 4 * 300 / 3600),
+        "c": ("vision", "core", "core", 300.0, 4, 4 * 300 / 3600),
+        "d": ("vision", "shared", "shared", 900.0, 8, 8 * 900 / 3600),
+    }
+    days = table(sc, "SELECT * FROM pool_team_day WHERE pool_class = 'core' ORDER BY team")
+    got = [(r["team"], r["gpu_hours"], r["jobs"], r["longest_hold_s"], r["longest_hold_job"]) for r in days]
+    assert got == [
+        ("llm-pretrain", pytest.approx(6800 / 3600, abs=1e-9), 1, 700.0, "a"),
+        ("vision", pytest.approx(2400 / 3600, abs=1e-9), 2, 300.0, "b"),
+    ]
 
 
 def test_free_gpus_scattered_over_nodes_are_stranded_for_a_gang_that_needs_a_whole_node(sc):
