@@ -12,7 +12,7 @@
 -- 1. Queue delay per day of submission, for all jobs and per pool, team and priority: the nearest-rank
 --    percentiles (the ceil(q n)-th smallest queue_wait_s) of the jobs that got a first GPU.
 DELETE FROM {delete_from[queue_delay_day]} WHERE cluster = '{cluster}'
-    AND day >= toDate(toDateTime(intDiv(toInt64({sub_lo}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({sub_hi}), 1000)))
+    AND day >= toDate(toDateTime(intDiv(toInt64({sub_lo}), 1000), 'UTC')) AND day <= toDate(toDateTime(intDiv(toInt64({sub_hi}), 1000), 'UTC'))
 ;;
 INSERT INTO queue_delay_day (cluster, day, by, key, jobs, waiting, p50_s, p90_s, p99_s, max_s)
 SELECT '{cluster}', day, g.1, g.2, length(ws), n - length(ws),
@@ -28,7 +28,7 @@ FROM (
                           ('priority', toString(priority))]) AS g
         FROM scheduling_delay
         WHERE cluster = '{cluster}'
-          AND day >= toDate(toDateTime(intDiv(toInt64({sub_lo}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({sub_hi}), 1000)))
+          AND day >= toDate(toDateTime(intDiv(toInt64({sub_lo}), 1000), 'UTC')) AND day <= toDate(toDateTime(intDiv(toInt64({sub_hi}), 1000), 'UTC'))
     )
     GROUP BY day, g
 )
@@ -132,7 +132,7 @@ SETTINGS join_use_nulls = 1
 -- 5. Per day, pool and team: allocated GPU-hours and goodput (goodput_windows), the jobs holding GPUs of the
 --    pool that day and the longest of their holds (ties to the smallest job id).
 DELETE FROM {delete_from[pool_team_day]} WHERE cluster = '{cluster}'
-    AND day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000)))
+    AND day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000), 'UTC')) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000), 'UTC'))
 ;;
 INSERT INTO pool_team_day (cluster, day, pool, pool_class, team, gpu_hours, goodput_pct, jobs, longest_hold_s,
                            longest_hold_job)
@@ -141,8 +141,8 @@ usage AS (
     SELECT toDate(window_start) AS day, pool, team, sum(x) AS us, sumIf(x, category = 'productive') AS prod
     FROM (SELECT window_start, pool, team, category, toInt64(round(gpu_seconds * 1e6)) AS x FROM goodput_windows
           WHERE cluster = '{cluster}'
-            AND toDate(window_start) >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000)))
-            AND toDate(window_start) <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000))))
+            AND toDate(window_start) >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000), 'UTC'))
+            AND toDate(window_start) <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000), 'UTC')))
     GROUP BY day, pool, team
 ),
 holds AS (
@@ -151,7 +151,7 @@ holds AS (
                  arrayJoin(arrayMap(x -> toDate(x), range(toUInt32(toDate(held_from)),
                                                           toUInt32(toDate(held_to - toIntervalMillisecond(1))) + 1))) AS day
           FROM pool_holds WHERE cluster = '{cluster}' AND held_to > held_from)
-    WHERE day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000)))
+    WHERE day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000), 'UTC')) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000), 'UTC'))
     GROUP BY day, pool, team
 )
 SELECT '{cluster}', k.day, k.pool, ifNull(p.pool_class, ''), k.team, ifNull(u.us, 0) / 1e6 / 3600,
