@@ -227,12 +227,15 @@ def fleet_ranges(store: Store, params: dict, run_id: str) -> dict[str, str]:
     rollups.sql rewrites scheduling_delay: the days of the alive jobs' submissions, now and as stored
     before; the capacity buckets of the run's days up to the end of the data; the range's windows up to
     the end of the data. Literals, as the DELETEs may run ON CLUSTER."""
-    alive = f"cluster = {_quote(params['cluster'])} AND job_id IN (SELECT job_id FROM tmp_events)"
-    stored = f"toUnixTimestamp64Milli(submitted)) FROM {catalog.SCHEDULING_DELAY} WHERE {alive}"
+    stored = (
+        f"FROM {catalog.SCHEDULING_DELAY} "
+        f"WHERE cluster = {_quote(params['cluster'])} AND job_id IN (SELECT job_id FROM tmp_events)"
+    )
     q = temp_names(
         "SELECT (SELECT min(t) FROM tmp_events WHERE event = 'submitted') AS new_lo, "
         "(SELECT max(t) FROM tmp_events WHERE event = 'submitted') AS new_hi, "
-        f"(SELECT min({stored}) AS old_lo, (SELECT max({stored}) AS old_hi",
+        f"(SELECT min(toUnixTimestamp64Milli(submitted)) {stored}) AS old_lo, "
+        f"(SELECT max(toUnixTimestamp64Milli(submitted)) {stored}) AS old_hi",
         run_id,
     )
     row = {k: v[0] for k, v in store.query_arrow(q).to_pydict().items()}
