@@ -5,6 +5,12 @@ and re-analysis that changes nothing (docs/goodput-model.md, "Scheduling and cap
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -282,3 +288,38 @@ def test_reanalysing_overlapping_ranges_changes_no_fleet_view(sc):
     sc.analyze(0, 400)
     sc.analyze(400, 1000)
     assert sc.dump() == first
+
+
+def test_days_are_utc_days_whatever_the_servers_timezone():
+    """The day tables compare UTC dates of UTC columns with bounds computed from epoch ms: on a server
+    whose timezone puts T0 on another date, a bound read in local time would delete and fill the wrong
+    day (here: nothing). chDB takes the process's TZ, so the check runs in a child process."""
+    tz = "Pacific/Kiritimati" if T0 // 3_600_000 % 24 >= 12 else "Etc/GMT+12"  # T0's local date != UTC's
+    code = textwrap.dedent(
+        """
+        import sys, tempfile
+        from pipeline import ddl
+        from pipeline.chdb_store import ChdbStore
+        from tests.analyzers.scenario import Scenario
+        from tests.analyzers.test_fleet import CORE, held
+        with ChdbStore(tempfile.mkdtemp() + "/s") as store:
+            ddl.migrate(store)
+            sc = Scenario(store)
+            held(sc, "a", CORE[0], range(8), 0, 30, 300)
+            sc.load()
+            for _ in range(2):
+                sc.analyze(0, 400)
+            for name in ("queue_delay_day", "pool_team_day", "team_day"):
+                days = store.query_arrow(f"SELECT DISTINCT toString(day) AS d FROM {name}").column("d")
+                print(name, days.to_pylist())
+        """
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TZ": tz, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    utc_day = str(datetime.fromtimestamp(T0 / 1000, timezone.utc).date())
+    assert p.stdout.splitlines() == [
+        f"{n} ['{utc_day}']" for n in ("queue_delay_day", "pool_team_day", "team_day")
+    ]
