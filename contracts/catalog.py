@@ -19,6 +19,7 @@ SCHEMA_MIGRATIONS = "schema_migrations"
 DIM_NODES = "dim_nodes"
 DIM_ACCOUNTS = "dim_accounts"
 DIM_POOLS = "dim_pools"
+DIM_TOPOLOGY = "dim_topology"
 
 GOODPUT_WINDOWS = "goodput_windows"
 JOB_SUMMARY = "job_summary"
@@ -26,6 +27,15 @@ TEAM_DAY = "team_day"
 SCHEDULING_DELAY = "scheduling_delay"
 FAULTS = "faults"
 FAULT_REPEATS = "fault_repeats"
+
+# fleet views (pipeline/analyzers/fleet.sql, docs/goodput-model.md "Scheduling and capacity", "Topology")
+QUEUE_DELAY_DAY = "queue_delay_day"
+POOL_CAPACITY = "pool_capacity"
+POOL_FRAGMENTATION = "pool_fragmentation"
+POOL_HOLDS = "pool_holds"
+POOL_TEAM_DAY = "pool_team_day"
+IDLE_ALLOCATIONS = "idle_allocations"
+JOB_PLACEMENT = "job_placement"
 
 CATEGORIES = (
     "productive",

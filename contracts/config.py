@@ -30,6 +30,7 @@ from typing import Annotated, ClassVar, Literal, TypeVar
 import msgspec
 from msgspec import Meta, field
 
+from contracts import topology
 from contracts.hostlist import expand as expand_nodes
 from contracts.strict import ConfigError, build, resolve_paths, table_name
 
@@ -156,6 +157,63 @@ class TeamsConfig(Table, frozen=True):
     """The team of an account no team lists."""
 
 
+class SwitchConfig(Table, frozen=True):
+    """`[topology.switches.<name>]`: one switch of the network tree, as a Slurm topology.conf line."""
+
+    nodes: tuple[str, ...] = ()
+    """Host lists of the nodes cabled to it (a leaf switch)."""
+    switches: tuple[str, ...] = ()
+    """Host lists of its child switches (a spine or core switch)."""
+
+
+class TopologyConfig(Table, frozen=True):
+    """`[topology]`: the network tree (leaf / spine switches) and racks, for each job's placement
+    (`job_placement`, docs/goodput-model.md, Topology). Empty: every node is unmapped, and a job's
+    placement counts its nodes only."""
+
+    slurm_topology_conf: FilePath = ""
+    """A Slurm topology.conf (tree plugin: `SwitchName=leaf1 Nodes=node[01-08]`,
+    `SwitchName=spine Switches=leaf[1-4]`), read at each analysis; switches below add to it."""
+    switches: dict[str, SwitchConfig] = {}
+    """The tree written here instead of (or beside) the file: `[topology.switches.leaf1] nodes = [...]`."""
+    racks: dict[str, tuple[str, ...]] = {}
+    """`<rack> = [host lists]`: the rack of each node (a node in one rack only)."""
+
+    def __post_init__(self) -> None:
+        topology.build(self._inline())
+        seen: dict[str, str] = {}
+        for rack, specs in self.racks.items():
+            try:
+                hosts = [n for spec in specs for n in expand_nodes(spec)]
+            except ValueError as e:
+                raise ValueError(f"racks.{rack}: {e}") from None
+            for n in hosts:
+                if seen.setdefault(n, rack) != rack:
+                    raise ValueError(f"racks.{rack}: node {n!r} is already in rack {seen[n]!r}")
+
+    def _inline(self) -> list[topology.Switch]:
+        return topology.from_config({k: (v.nodes, v.switches) for k, v in self.switches.items()})
+
+    def placements(self) -> dict[str, topology.Placement]:
+        """Node -> leaf and path to the root, from the Slurm file (read now) and the inline switches;
+        ConfigError naming the file and line (or key) when the tree is invalid, so the commands print
+        it as one line."""
+        if not self.slurm_topology_conf:
+            return topology.build(self._inline())
+        path = Path(self.slurm_topology_conf)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"[topology].slurm_topology_conf: cannot read {path}: {e.strerror}") from None
+        try:
+            return topology.build([*topology.parse_slurm(text, str(path)), *self._inline()])
+        except ValueError as e:
+            raise ConfigError(f"{e} (from [topology].slurm_topology_conf)") from None
+
+    def rack_of(self) -> dict[str, str]:
+        return {n: rack for rack, specs in self.racks.items() for spec in specs for n in expand_nodes(spec)}
+
+
 # ------------------------------------------------------------------ analysis and loading
 
 
@@ -210,6 +268,20 @@ class AnalyzerConfig(Table, frozen=True):
     repeat_window_s: Seconds = 7 * 86400.0
     """A node or GPU that fails again within this many seconds of its previous failure is a repeat
     offender (`fault_repeats`)."""
+    capacity_bucket_s: Count = 3600
+    """Width of the time buckets of `pool_capacity` (allocated vs unallocated capacity per pool), seconds;
+    a multiple of window_s, so every window lies in one bucket."""
+    idle_reclaim_after_s: Seconds = 1800.0
+    """A GPU held this long (or longer) without activity is a reclaim candidate (`idle_allocations`)."""
+    idle_busy_pct: Annotated[float, Meta(ge=0, le=100)] = 1.0
+    """A second at or below this SM activity (utilization where GPM is absent) is a second without
+    activity, for idle_reclaim_after_s."""
+
+    def __post_init__(self) -> None:
+        if self.capacity_bucket_s % self.window_s:
+            raise ValueError(
+                f"capacity_bucket_s: {self.capacity_bucket_s} is not a multiple of window_s ({self.window_s})"
+            )
 
 
 _MAX_PAST_DAYS = 90
@@ -513,6 +585,7 @@ class Config(Table, frozen=True):
     pools: tuple[Pool, ...] = ()
     teams: TeamsConfig = TeamsConfig()
     analyzer: AnalyzerConfig = AnalyzerConfig()
+    topology: TopologyConfig = TopologyConfig()
     loader: LoaderConfig = LoaderConfig()
     transport: TransportConfig = TransportConfig()
     store: StoreConfig = StoreConfig()

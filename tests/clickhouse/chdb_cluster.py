@@ -59,6 +59,13 @@ DERIVED = {
     "scheduling_delay": "SELECT * EXCEPT computed_at FROM scheduling_delay ORDER BY job_id",
     "faults": "SELECT * EXCEPT computed_at FROM faults ORDER BY job_id, ts, event",
     "fault_repeats": "SELECT * EXCEPT computed_at FROM fault_repeats ORDER BY scope, node, gpu",
+    "queue_delay_day": "SELECT * EXCEPT computed_at FROM queue_delay_day ORDER BY day, by, key",
+    "pool_capacity": "SELECT bucket_start, pool, capacity_gpu_s, "
+    "round(allocated_gpu_s + unallocated_gpu_s, 3), count() AS n "
+    "FROM pool_capacity GROUP BY ALL ORDER BY bucket_start, pool",
+    "pool_holds": "SELECT * EXCEPT computed_at FROM pool_holds ORDER BY job_id, pool",
+    "job_placement": "SELECT job_id, nodes, leaves, count() AS n FROM job_placement "
+    "GROUP BY ALL ORDER BY job_id",
 }
 """The derived tables as the test compares them with the single-server run. Which category a GPU-second
 lands in may differ between two runs (the healthy level comes from sampled quantiles), so goodput_windows

@@ -113,6 +113,12 @@ class RecordingCluster(RecordingServer):
             return pa.table({"t": pa.array([0], pa.int64())})
         if re.fullmatch(r"SELECT day_lo, day_hi FROM tmp_span_\w+", sql):
             return pa.table({"day_lo": pa.array([0], pa.int64()), "day_hi": pa.array([3600_000], pa.int64())})
+        if re.match(
+            r"SELECT \(SELECT min\(t\) FROM tmp_events_\w+ WHERE event = 'submitted'\) AS new_lo", sql
+        ):
+            return pa.table(
+                {k: pa.array([None], pa.int64()) for k in ("new_lo", "new_hi", "old_lo", "old_hi")}
+            )
         assert re.fullmatch(r"SELECT DISTINCT job_id FROM tmp_events_\w+ ORDER BY job_id", sql), sql
         return pa.table({"job_id": self.jobs})
 
@@ -126,7 +132,7 @@ def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
     destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
     targets = [DESTRUCTIVE.match(s)[2] for s in destructive]
     dims, outputs = (
-        [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_ACCOUNTS],
+        [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_TOPOLOGY, catalog.DIM_ACCOUNTS],
         list(analyzers.OUTPUT_TABLES),
     )
     assert sorted(set(targets)) == sorted(name + ddl.LOCAL_SUFFIX for name in dims + outputs)
@@ -152,11 +158,11 @@ def test_analyzers_on_one_server_delete_from_the_catalog_tables():
     store.cluster = None  # a ServerStore without `cluster`; ChdbStore has no such attribute at all
     analyzers.run(store, config_mod.load(), 0, 3_600_000)
     destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
-    assert len(destructive) == len(analyzers.OUTPUT_TABLES) + 3 and not any(
+    assert len(destructive) == 4 + len(analyzers.OUTPUT_TABLES) and not any(
         " ON CLUSTER " in s or ddl.LOCAL_SUFFIX in s for s in destructive
     )
     alive = re.compile(r"job_id IN \(SELECT DISTINCT job_id FROM tmp_events_\w+\)")
-    assert sum(bool(alive.search(s)) for s in destructive) == 4  # all but team_day and fault_repeats
+    assert sum(bool(alive.search(s)) for s in destructive) == 7  # 3 classification, faults, 3 fleet (per job)
 
 
 def _chdb_run(workdir: Path, start_ms: int, *flags: str) -> dict:

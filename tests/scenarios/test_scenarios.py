@@ -45,6 +45,7 @@ EVIDENCED_STALLS = (
     "line_rate_below",
     "throttled_straggler",
     "noisy_counters",
+    "gang_scattered_over_two_leaves",
 )
 
 
@@ -79,6 +80,11 @@ def test_stalls_with_evidence_over_the_threshold_are_found(results, name):
     r = results[name]
     assert r.lost_score >= 0.9, (r.truth, r.got)
     assert _worst_error(r) <= 0.05, (r.truth, r.got)
+
+
+def test_placement_shows_the_scattered_gang_crossing_the_spine(results):
+    assert results["gang_scattered_over_two_leaves"].placement == {"job-1": (2, 2, True)}
+    assert results["xmit_wait_above"].placement == {"job-1": (2, 0, False)}  # no [topology]: no leaves
 
 
 def test_the_same_scenario_gives_the_same_numbers(tmp_path):
