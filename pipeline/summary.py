@@ -11,34 +11,55 @@ from contracts import catalog
 from pipeline.store import Store
 
 
-def job_table(store: Store, cluster: str) -> pl.DataFrame:
-    t = store.query_arrow(f"SELECT * FROM {catalog.JOB_SUMMARY} WHERE cluster = '{cluster}' ORDER BY job_id")
+def _where(cluster: str, team: str | None, job: str | None) -> tuple[str, dict[str, str]]:
+    """The WHERE clause of a report for `cluster`, optionally one team's or one job's rows; the values
+    are query parameters (pipeline.store.Params), so a filter typed by a user is only ever data."""
+    params = {"cluster": cluster}
+    where = "WHERE cluster = {cluster:String}"
+    if team is not None:
+        params["team"] = team
+        where += " AND team = {team:String}"
+    if job is not None:
+        params["job"] = job
+        where += " AND job_id = {job:String}"
+    return where, params
+
+
+def job_table(store: Store, cluster: str, team: str | None = None, job: str | None = None) -> pl.DataFrame:
+    where, params = _where(cluster, team, job)
+    t = store.query_arrow(f"SELECT * FROM {catalog.JOB_SUMMARY} {where} ORDER BY job_id", params)
     df = pl.from_arrow(t)
     assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
     return df.drop("computed_at")
 
 
-def team_table(store: Store, cluster: str) -> pl.DataFrame:
+def team_table(store: Store, cluster: str, team: str | None = None, job: str | None = None) -> pl.DataFrame:
     """One row per team: allocated GPU-hours, goodput %, GPU-hours per category, cost and waste."""
     cats = catalog.CATEGORIES
     sums = ", ".join(f"sumIf(gpu_seconds, category = '{c}') / 3600 AS {c}_gpu_hours" for c in cats)
-    t = store.query_arrow(f"""
+    where, params = _where(cluster, team, job)
+    t = store.query_arrow(
+        f"""
         SELECT team, sum(gpu_seconds) / 3600 AS allocated_gpu_hours,
                100 * sumIf(gpu_seconds, category = 'productive')
                    / greatest(sum(gpu_seconds), 1e-9) AS goodput_pct,
                {sums}, sum(cost) AS cost, sumIf(cost, category != 'productive') AS waste_cost,
                uniqExact(job_id) AS jobs
-        FROM {catalog.GOODPUT_WINDOWS} WHERE cluster = '{cluster}'
+        FROM {catalog.GOODPUT_WINDOWS} {where}
         GROUP BY team ORDER BY allocated_gpu_hours DESC
-        SETTINGS prefer_column_name_to_alias = 1""")
+        SETTINGS prefer_column_name_to_alias = 1""",
+        params,
+    )
     df = pl.from_arrow(t)
     assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
     return df
 
 
-def as_json(store: Store, cluster: str, currency: str) -> dict:
-    jobs = job_table(store, cluster)
-    teams = team_table(store, cluster)
+def as_json(
+    store: Store, cluster: str, currency: str, team: str | None = None, job: str | None = None
+) -> dict:
+    jobs = job_table(store, cluster, team, job)
+    teams = team_table(store, cluster, team, job)
     cats = catalog.CATEGORIES
     return {
         "cluster": cluster,

@@ -131,7 +131,12 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
 
 
 def _quote(value: str) -> str:
-    """A ClickHouse string literal: job ids come from the raw data, quotes and backslashes included."""
+    """A ClickHouse string literal: job ids come from the raw data, quotes and backslashes included.
+
+    The one place an outside value is written into SQL text rather than passed as a parameter
+    (pipeline.store.Params): `alive_jobs` spells ids into DELETEs that run ON CLUSTER on replicated
+    tables, which must be self-contained statements. Escaping `\\` and `'` is all a ClickHouse
+    quoted string needs (tests/clickhouse/test_injection.py reads such ids back unchanged)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -169,12 +174,12 @@ def temp_names(sql: str, run_id: str) -> str:
 def data_end(store: Store, cluster: str) -> int:
     """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
     still open are classified up to here, whatever range is asked for."""
-    where = f"WHERE cluster = {_quote(cluster)}"
+    where = "WHERE cluster = {cluster:String}"
     latest = [
         f"(SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES[k]} {where})"
         for k in ("job", "gpu")
     ]
-    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t")
+    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t", {"cluster": cluster})
     return int(t.column("t")[0].as_py() or 0)
 
 
