@@ -64,13 +64,16 @@ class FixtureNode:
         env: Mapping[str, str] | None = None,
         extra_tables: str = "",
         create_topics: bool = True,
+        run_as: tuple[str, ...] = (),
     ) -> None:
         """`kafka` adds to or overrides the `[transport.kafka]` keys, `env` to the agent's environment;
         `extra_tables` is appended to the config (e.g. `[store]`, for a loader reading the same file).
-        Without `create_topics` the caller creates the topics (a secured broker needs an admin for it)."""
+        Without `create_topics` the caller creates the topics (a secured broker needs an admin for it).
+        `run_as` prefixes the agent's command line (e.g. setpriv, to drop to an unprivileged user)."""
         self.root = root
         self.bootstrap = bootstrap
         self.env = dict(env or {})
+        self.run_as = run_as
         self.prefix = f"t{uuid.uuid4().hex[:10]}"
         self.metrics_port = free_port()
         self.state_dir = root / "state"
@@ -127,7 +130,7 @@ storage = {interval_s}
         env.pop("GOODPUT_KAFKA_BOOTSTRAP", None)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "goodput.cli", "agent", "--config", str(self.config)],
+            [*self.run_as, sys.executable, "-m", "goodput.cli", "agent", "--config", str(self.config)],
             cwd=ROOT,
             env=env,
             stdout=self._log,
