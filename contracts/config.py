@@ -32,7 +32,7 @@ from msgspec import Meta, field
 
 from contracts import topology
 from contracts.hostlist import expand as expand_nodes
-from contracts.strict import ConfigError, build, resolve_paths, table_name
+from contracts.strict import ConfigError, build, key_name, resolve_paths, table_name
 
 CONFIG_VERSION: Literal[1] = 1
 EXAMPLE_CONFIG = Path(__file__).with_name("example_config.toml")
@@ -630,9 +630,12 @@ ENVIRONMENT = {
     "GOODPUT_STORE_PATH": ("store", "path"),
     "GOODPUT_KAFKA_BOOTSTRAP": ("transport", "kafka", "bootstrap"),
     "GOODPUT_NODE": ("agent", "node"),
+    "GOODPUT_METRICS_ADDRESS": ("agent", "metrics_address"),
+    "GOODPUT_LOADER_METRICS_ADDRESS": ("loader", "metrics_address"),
 }
 """Environment variables that override a key of the file (a non-empty value wins; `apply_env`). The
-DaemonSet sets GOODPUT_NODE from the downward API's spec.nodeName."""
+DaemonSet sets GOODPUT_NODE from the downward API's spec.nodeName, and GOODPUT_METRICS_ADDRESS to the
+node's own IP, so that /metrics is not served on every interface of the host."""
 
 
 def parse(data: dict, source: str = "<memory>") -> Config:
@@ -657,7 +660,12 @@ def apply_env(cfg: Config, env: Mapping[str, str] | None = None) -> Config:
     env = os.environ if env is None else env
     for var, (*tables, key) in ENVIRONMENT.items():
         if env.get(var):
-            cfg = _replace_at(cfg, tables, key, env[var])
+            try:
+                cfg = _replace_at(cfg, tables, key, env[var])
+            except ValueError as e:  # the table's own check (__post_init__) refused the value
+                raise ConfigError(
+                    f"environment variable {var} (overrides {key_name(tuple(tables), key)}): {e}"
+                ) from None
     return cfg
 
 

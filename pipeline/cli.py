@@ -162,10 +162,12 @@ def cmd_summary(args) -> int:
     cfg = config_mod.load(args.config)
     with _store(args, cfg) as store:
         if args.json:
-            json.dump(as_json(store, cfg.cluster.name, cfg.cluster.currency), sys.stdout, indent=2)
+            report = as_json(store, cfg.cluster.name, cfg.cluster.currency, args.team, args.job)
+            json.dump(report, sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
-            print(format_team_table(team_table(store, cfg.cluster.name), cfg.cluster.currency))
+            teams = team_table(store, cfg.cluster.name, args.team, args.job)
+            print(format_team_table(teams, cfg.cluster.currency))
     return 0
 
 
@@ -229,6 +231,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("summary", parents=[common], help="per-team and per-job GPU time by category")
     p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/summary.md)")
+    p.add_argument("--team", help="only this team's jobs and GPU time")
+    p.add_argument("--job", help="only this job (its id as the scheduler reports it)")
     p.set_defaults(func=cmd_summary)
 
     p = sub.add_parser(

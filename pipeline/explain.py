@@ -9,7 +9,7 @@ for people and may change.
 from __future__ import annotations
 
 from contracts import catalog
-from pipeline.store import Store, quote
+from pipeline.store import Params, Store
 from pipeline.summary import SUMMARY_VERSION, iso
 
 TEXT_RANGES = 5
@@ -20,8 +20,8 @@ class UnknownJob(LookupError):
     """No analyzer output names the job: never analysed, another cluster, or a wrong id."""
 
 
-def _rows(store: Store, sql: str) -> list[dict]:
-    return store.query_arrow(sql).to_pylist()
+def _rows(store: Store, sql: str, params: Params) -> list[dict]:
+    return store.query_arrow(sql, params).to_pylist()
 
 
 def merge_ranges(windows: list[dict]) -> list[dict]:
@@ -38,12 +38,13 @@ def merge_ranges(windows: list[dict]) -> list[dict]:
     return out
 
 
-def _categories(store: Store, where: str, allocated: float) -> list[dict]:
+def _categories(store: Store, where: str, params: Params, allocated: float) -> list[dict]:
     windows = _rows(
         store,
         f"""SELECT category, toInt64(toUnixTimestamp(window_start)) * 1000 AS start_ms,
                    start_ms + toInt64(window_s) * 1000 AS end_ms, gpu_seconds, evidence
             FROM {catalog.GOODPUT_WINDOWS} {where} ORDER BY category, start_ms""",
+        params,
     )
     out = []
     for c in catalog.CATEGORIES:
@@ -73,13 +74,14 @@ def _categories(store: Store, where: str, allocated: float) -> list[dict]:
 REPEAT_KEYS = ("failures", "repeats", "max_in_window", "window_s")
 
 
-def _faults(store: Store, cluster: str, where: str) -> list[dict]:
+def _faults(store: Store, where: str, params: Params) -> list[dict]:
     rows = _rows(
         store,
         f"""SELECT toUnixTimestamp64Milli(ts) AS t, attempt, event, kind, owner, reason, xid, exit_code,
                    node, gpu, nic, located_by, lost_gpu_seconds, restart_gpu_seconds, held_gpu_seconds,
                    gpu_seconds, cost
             FROM {catalog.FAULTS} {where} ORDER BY t, event""",
+        params,
     )
     nodes = sorted({r["node"] for r in rows if r["node"]})
     repeats = {}
@@ -87,8 +89,11 @@ def _faults(store: Store, cluster: str, where: str) -> list[dict]:
         for r in _rows(
             store,
             f"""SELECT scope, node, gpu, {", ".join(REPEAT_KEYS)} FROM {catalog.FAULT_REPEATS}
-                WHERE cluster = {quote(cluster)} AND node IN ({", ".join(quote(n) for n in nodes)})""",
+                WHERE cluster = {{cluster:String}}""",
+            {"cluster": params["cluster"]},
         ):
+            if r["node"] not in nodes:
+                continue
             repeats[r["scope"], r["node"], r["gpu"]] = {k: r[k] for k in REPEAT_KEYS}
     return [
         {
@@ -101,13 +106,14 @@ def _faults(store: Store, cluster: str, where: str) -> list[dict]:
     ]
 
 
-def _scheduling(store: Store, where: str) -> dict | None:
+def _scheduling(store: Store, where: str, params: Params) -> dict | None:
     rows = _rows(
         store,
         f"""SELECT queue, priority, gpus_requested, toUnixTimestamp64Milli(submitted) AS submitted,
                    toUnixTimestamp64Milli(first_allocated) AS first_allocated,
                    toUnixTimestamp64Milli(gang_complete) AS gang_complete, queue_wait_s, gang_wait_s
             FROM {catalog.SCHEDULING_DELAY} {where}""",
+        params,
     )
     if not rows:
         return None
@@ -134,14 +140,16 @@ JOB_KEYS = (
 def explain(store: Store, cluster: str, job_id: str, currency: str) -> dict:
     """The job's explanation (docs/summary.md, `goodput explain --json`); UnknownJob when no output
     table names it."""
-    where = f"WHERE cluster = {quote(cluster)} AND job_id = {quote(job_id)}"
+    where = "WHERE cluster = {cluster:String} AND job_id = {job:String}"
+    params = {"cluster": cluster, "job": job_id}  # the job id is typed by a user: only ever a parameter
     jobs = _rows(
         store,
         f"""SELECT {", ".join(JOB_KEYS)}, toInt64(toUnixTimestamp(first_allocated)) * 1000 AS first_allocated,
                    toInt64(toUnixTimestamp(last_seen)) * 1000 AS last_seen
             FROM {catalog.JOB_SUMMARY} {where}""",
+        params,
     )
-    scheduling = _scheduling(store, where)
+    scheduling = _scheduling(store, where, params)
     if not jobs and scheduling is None:
         raise UnknownJob(
             f"no job {job_id!r} in cluster {cluster!r}: not analysed yet (goodput analyze), or another "
@@ -156,8 +164,8 @@ def explain(store: Store, cluster: str, job_id: str, currency: str) -> dict:
         "job_id": job_id,
         "job": job,
         "scheduling": scheduling,
-        "categories": _categories(store, where, job["allocated_gpu_seconds"] or 0.0),
-        "faults": _faults(store, cluster, where),
+        "categories": _categories(store, where, params, job["allocated_gpu_seconds"] or 0.0),
+        "faults": _faults(store, where, params),
     }
 
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import polars as pl
 
 from contracts import catalog
-from pipeline.store import Store, quote
+from pipeline.store import Store
 
 SUMMARY_VERSION = 1
 """Version of the JSON of `goodput summary --json` and `goodput explain --json` (docs/summary.md): raised
@@ -21,26 +21,45 @@ WHY_PER_CATEGORY = 3
 """Evidence strings listed per job and category in the summary: the largest."""
 
 
-def job_table(store: Store, cluster: str) -> pl.DataFrame:
-    t = store.query_arrow(f"SELECT * FROM {catalog.JOB_SUMMARY} WHERE cluster = '{cluster}' ORDER BY job_id")
+def _where(cluster: str, team: str | None, job: str | None) -> tuple[str, dict[str, str]]:
+    """The WHERE clause of a report for `cluster`, optionally one team's or one job's rows; the values
+    are query parameters (pipeline.store.Params), so a filter typed by a user is only ever data."""
+    params = {"cluster": cluster}
+    where = "WHERE cluster = {cluster:String}"
+    if team is not None:
+        params["team"] = team
+        where += " AND team = {team:String}"
+    if job is not None:
+        params["job"] = job
+        where += " AND job_id = {job:String}"
+    return where, params
+
+
+def job_table(store: Store, cluster: str, team: str | None = None, job: str | None = None) -> pl.DataFrame:
+    where, params = _where(cluster, team, job)
+    t = store.query_arrow(f"SELECT * FROM {catalog.JOB_SUMMARY} {where} ORDER BY job_id", params)
     df = pl.from_arrow(t)
     assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
     return df.drop("computed_at")
 
 
-def team_table(store: Store, cluster: str) -> pl.DataFrame:
+def team_table(store: Store, cluster: str, team: str | None = None, job: str | None = None) -> pl.DataFrame:
     """One row per team: allocated GPU-hours, goodput %, GPU-hours per category, cost and waste."""
     cats = catalog.CATEGORIES
     sums = ", ".join(f"sumIf(gpu_seconds, category = '{c}') / 3600 AS {c}_gpu_hours" for c in cats)
-    t = store.query_arrow(f"""
+    where, params = _where(cluster, team, job)
+    t = store.query_arrow(
+        f"""
         SELECT team, sum(gpu_seconds) / 3600 AS allocated_gpu_hours,
                100 * sumIf(gpu_seconds, category = 'productive')
                    / greatest(sum(gpu_seconds), 1e-9) AS goodput_pct,
                {sums}, sum(cost) AS cost, sumIf(cost, category != 'productive') AS waste_cost,
                uniqExact(job_id) AS jobs
-        FROM {catalog.GOODPUT_WINDOWS} WHERE cluster = '{cluster}'
+        FROM {catalog.GOODPUT_WINDOWS} {where}
         GROUP BY team ORDER BY allocated_gpu_hours DESC
-        SETTINGS prefer_column_name_to_alias = 1""")
+        SETTINGS prefer_column_name_to_alias = 1""",
+        params,
+    )
     df = pl.from_arrow(t)
     assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
     return df
@@ -55,13 +74,16 @@ def iso(ms: int | None) -> str | None:
 
 def why_table(store: Store, cluster: str) -> dict[str, dict[str, list[dict]]]:
     """job -> category -> its largest evidence strings with their GPU-seconds (productive has none)."""
-    t = store.query_arrow(f"""
+    t = store.query_arrow(
+        f"""
         SELECT job_id, category, evidence, sum(gpu_seconds) AS gpu_seconds
         FROM {catalog.GOODPUT_WINDOWS}
-        WHERE cluster = {quote(cluster)} AND category != 'productive' AND evidence != ''
+        WHERE cluster = {{cluster:String}} AND category != 'productive' AND evidence != ''
         GROUP BY job_id, category, evidence
         ORDER BY job_id, category, gpu_seconds DESC, evidence
-        LIMIT {WHY_PER_CATEGORY} BY job_id, category""")
+        LIMIT {WHY_PER_CATEGORY} BY job_id, category""",
+        {"cluster": cluster},
+    )
     out: dict[str, dict[str, list[dict]]] = {}
     for r in t.to_pylist():
         out.setdefault(r["job_id"], {}).setdefault(r["category"], []).append(
@@ -72,16 +94,22 @@ def why_table(store: Store, cluster: str) -> dict[str, dict[str, list[dict]]]:
 
 def fault_tables(store: Store, cluster: str) -> dict[str, list[dict]]:
     """Faults by kind and owner (count, GPU-seconds each cost), and the repeat offenders."""
-    where = f"WHERE cluster = {quote(cluster)}"
-    by_kind = store.query_arrow(f"""
+    where, params = "WHERE cluster = {cluster:String}", {"cluster": cluster}
+    by_kind = store.query_arrow(
+        f"""
         SELECT kind, owner, count() AS faults, uniqExact(job_id) AS jobs, sum(gpu_seconds) AS gpu_seconds,
                sum(held_gpu_seconds) AS held_gpu_seconds, sum(cost) AS cost
-        FROM {catalog.FAULTS} {where} GROUP BY kind, owner ORDER BY gpu_seconds DESC, kind""")
-    repeats = store.query_arrow(f"""
+        FROM {catalog.FAULTS} {where} GROUP BY kind, owner ORDER BY gpu_seconds DESC, kind""",
+        params,
+    )
+    repeats = store.query_arrow(
+        f"""
         SELECT scope, node, gpu, failures, repeats, max_in_window, window_s,
                toUnixTimestamp64Milli(first_failure) AS first_failure,
                toUnixTimestamp64Milli(last_failure) AS last_failure, gpu_seconds, kinds, jobs
-        FROM {catalog.FAULT_REPEATS} {where} ORDER BY repeats DESC, scope, node, gpu""")
+        FROM {catalog.FAULT_REPEATS} {where} ORDER BY repeats DESC, scope, node, gpu""",
+        params,
+    )
     return {
         "by_kind": by_kind.to_pylist(),
         "repeat_offenders": [
@@ -91,9 +119,11 @@ def fault_tables(store: Store, cluster: str) -> dict[str, list[dict]]:
     }
 
 
-def as_json(store: Store, cluster: str, currency: str) -> dict:
-    jobs = job_table(store, cluster)
-    teams = team_table(store, cluster)
+def as_json(
+    store: Store, cluster: str, currency: str, team: str | None = None, job: str | None = None
+) -> dict:
+    jobs = job_table(store, cluster, team, job)
+    teams = team_table(store, cluster, team, job)
     why = why_table(store, cluster)
     cats = catalog.CATEGORIES
     return {

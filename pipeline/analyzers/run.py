@@ -212,12 +212,12 @@ def temp_names(sql: str, run_id: str) -> str:
 def data_end(store: Store, cluster: str) -> int:
     """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
     still open are classified up to here, whatever range is asked for."""
-    where = f"WHERE cluster = {quote(cluster)}"
+    where = "WHERE cluster = {cluster:String}"
     latest = [
         f"(SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES[k]} {where})"
         for k in ("job", "gpu")
     ]
-    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t")
+    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t", {"cluster": cluster})
     return int(t.column("t")[0].as_py() or 0)
 
 

@@ -99,8 +99,8 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
             self._lock_file = open(path / self.LOCK_NAME, "a+")
             self._session = session.Session(f"{path}?config-file={config_file}")
 
-        def _run(self, sql: str, fmt: str):
-            return super()._run(without_keeper(sql), fmt)
+        def _run(self, sql: str, fmt: str, params=None):
+            return super()._run(without_keeper(sql), fmt, params)
 
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.xml").write_text(CONFIG)

@@ -87,7 +87,7 @@ class RecordingServer:
     def execute(self, sql: str) -> None:
         self.statements.append(sql)
 
-    def query_arrow(self, sql: str) -> pa.Table:
+    def query_arrow(self, sql: str, params=None) -> pa.Table:
         return pa.table({"n": pa.array([0], pa.uint64())})
 
 
@@ -108,7 +108,7 @@ class RecordingCluster(RecordingServer):
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
         self.statements.append(f"INSERT INTO {table} <{data.num_rows} rows>")
 
-    def query_arrow(self, sql: str) -> pa.Table:
+    def query_arrow(self, sql: str, params=None) -> pa.Table:
         if sql.startswith("SELECT greatest("):  # the end of the data (analyzers.data_end)
             return pa.table({"t": pa.array([0], pa.int64())})
         if re.fullmatch(r"SELECT day_lo, day_hi FROM tmp_span_\w+", sql):
