@@ -18,10 +18,9 @@ import pytest
 
 from contracts import config as config_mod
 from pipeline import ddl
-from pipeline.analyzers.run import _quote
 from pipeline.chdb_store import ChdbStore
 from pipeline.server_store import ServerStore
-from pipeline.store import StoreError
+from pipeline.store import StoreError, quote
 from pipeline.summary import job_table, team_table
 from tests.analyzers.scenario import Scenario
 from tests.loader.helpers import GOODPUT, ROOT
@@ -127,11 +126,11 @@ def test_cli_summary_filters_are_inert(loaded):
 
 
 def test_quoted_literals_read_back_unchanged():
-    """`_quote`, the one literal still spelled into SQL (alive_jobs ON CLUSTER), round-trips every shape."""
+    """`quote`, the one literal still spelled into SQL (alive_jobs ON CLUSTER), round-trips every shape."""
     with ChdbStore(f"/tmp/goodput-quote-{uuid.uuid4().hex[:8]}") as store:
         for value in NASTY:
             got = store.query_arrow(
-                f"SELECT {_quote(value)} AS v, {{p:String}} AS p", {"p": value}
+                f"SELECT {quote(value)} AS v, {{p:String}} AS p", {"p": value}
             ).to_pylist()
             assert got == [{"v": value, "p": value}], value
 
