@@ -26,6 +26,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 from msgspec import Meta, field
@@ -282,6 +283,31 @@ class AnalyzerConfig(Table, frozen=True):
             raise ValueError(
                 f"capacity_bucket_s: {self.capacity_bucket_s} is not a multiple of window_s ({self.window_s})"
             )
+
+
+class ReportConfig(Table, frozen=True):
+    """`[report]`: the daily efficiency report (`goodput report`, docs/report.md)."""
+
+    timezone: str = "UTC"
+    """IANA time zone of the report's readers (`Asia/Shanghai`): the report's day runs from their midnight
+    to the next, not UTC's."""
+    target_goodput_pct: Annotated[float, Meta(ge=0, le=100)] = 70.0
+    """Goodput a team is held to where `targets` does not name it."""
+    targets: dict[str, Annotated[float, Meta(ge=0, le=100)]] = {}
+    """`<team> = <goodput %>`: a team's own target."""
+    top_jobs: Count = 5
+    """Jobs listed per team under "top jobs by waste"."""
+
+    def __post_init__(self) -> None:
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f'timezone: {self.timezone!r} is no IANA time zone (e.g. "UTC", "Asia/Shanghai")'
+            ) from None
+
+    def target(self, team: str) -> float:
+        return self.targets.get(team, self.target_goodput_pct)
 
 
 _MAX_PAST_DAYS = 90
@@ -585,6 +611,7 @@ class Config(Table, frozen=True):
     pools: tuple[Pool, ...] = ()
     teams: TeamsConfig = TeamsConfig()
     analyzer: AnalyzerConfig = AnalyzerConfig()
+    report: ReportConfig = ReportConfig()
     topology: TopologyConfig = TopologyConfig()
     loader: LoaderConfig = LoaderConfig()
     transport: TransportConfig = TransportConfig()

@@ -189,6 +189,26 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from datetime import date
+
+    from pipeline.report.data import build
+    from pipeline.report.write import write
+
+    cfg = config_mod.load(args.config)
+    try:
+        day = date.fromisoformat(args.day)
+    except ValueError:
+        print(f"goodput report: --day {args.day!r} is not a date; write it as YYYY-MM-DD", file=sys.stderr)
+        return 2
+    with _store(args, cfg) as store:
+        report = build(store, cfg, day, args.team)
+    pages = write(report, Path(args.out), args.lang)
+    note = " (no data that day)" if report.empty else ""
+    print(f"goodput report: wrote {len(pages)} pages to {args.out}/{note}; open {pages[0]}", file=sys.stderr)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="goodput TOML config (default: the shipped example)")
@@ -234,6 +254,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--team", help="only this team's jobs and GPU time")
     p.add_argument("--job", help="only this job (its id as the scheduler reports it)")
     p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser(
+        "report",
+        parents=[common],
+        help="the daily efficiency report: HTML, Markdown, CSV, JSON (docs/report.md)",
+    )
+    p.add_argument("--day", required=True, help="YYYY-MM-DD, the day in [report] timezone")
+    p.add_argument("--team", help="only this team's page (and the cluster page)")
+    p.add_argument("--lang", choices=("en", "zh"), default="en")
+    p.add_argument("--out", required=True, help="directory to write the report to")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
         "explain", parents=[common], help="one job: GPU time per category and why (evidence, faults, queue)"
