@@ -22,6 +22,9 @@ from pipeline.analyzers import run as analyzers
 from pipeline.chdb_store import ChdbStore
 from pipeline.loader import Loader, limits_from_config
 from pipeline.progress import Progress
+from pipeline.report.data import build as build_report
+from pipeline.report.data import last_day
+from pipeline.report.write import write as write_report
 from pipeline.store import StoreLocked
 from pipeline.summary import format_team_table, job_table, team_table
 from transport.base import InProcessTransport
@@ -143,6 +146,10 @@ def run_demo(
         timings["analyze"] = progress.done()
         teams = team_table(store, cfg.cluster.name)
         jobs = job_table(store, cfg.cluster.name)
+        t = time.perf_counter()
+        report = build_report(store, cfg, last_day(start_ms + sim_cfg.horizon_s * 1000, cfg.report.timezone))
+        report_pages = write_report(report, out / "report", "en")
+        timings["report"] = time.perf_counter() - t
     teams.write_csv(out / "team_summary.csv")
     jobs.write_csv(out / "job_summary.csv")
     pq.write_table(truth_table(res), out / "ground_truth.parquet")
@@ -153,6 +160,7 @@ def run_demo(
             f"\nwrote {out}/: store/ (chDB), team_summary.csv, job_summary.csv, ground_truth.parquet, "
             f"config.toml — try: goodput summary --config {out}/config.toml --json"
         )
+        print(f"daily report ({timings['report']:.1f}s): open {report_pages[0]}")
     return {
         "out": out,
         "store": store_dir,
@@ -162,6 +170,7 @@ def run_demo(
         "teams": teams,
         "jobs": jobs,
         "loader": totals,
+        "report": report_pages,
     }
 
 

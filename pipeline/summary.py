@@ -7,6 +7,7 @@ docs/summary.md.
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import UTC, datetime
 
 import polars as pl
@@ -165,8 +166,19 @@ def as_json(
     }
 
 
+def display_width(text: str) -> int:
+    """Terminal columns `text` takes: wide (W) and fullwidth (F) characters, Chinese among them, take two,
+    so a Chinese team name does not push the columns after it out of line."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    fill = " " * max(width - display_width(text), 0)
+    return fill + text if right else text + fill
+
+
 def format_team_table(teams: pl.DataFrame, currency: str) -> str:
-    """The demo's terminal table: what a team lead reads first."""
+    """The demo's terminal table: what a team lead reads first; the last line names the units."""
     cats = [c for c in catalog.WASTE_CATEGORIES]
     head = (
         ["team", "GPU-h", "goodput"]
@@ -188,14 +200,12 @@ def format_team_table(teams: pl.DataFrame, currency: str) -> str:
             + [f"{teams[f'{c}_gpu_hours'].sum():.1f}" for c in cats]
             + [f"{teams['cost'].sum():,.0f}", f"{teams['waste_cost'].sum():,.0f}"]
         )
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    widths = [max(display_width(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
 
     def line(cells: list) -> str:
-        return "  ".join(
-            str(c).rjust(w) if i else str(c).ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
+        return "  ".join(_pad(str(c), w, bool(i)) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
 
     out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
     out.insert(len(out) - 1, line(["-" * w for w in widths]))
+    out.append(f"(hours in GPU-h: one GPU for one hour; money in {currency})")
     return "\n".join(out)

@@ -68,6 +68,17 @@ def day_range(day: date, tz: str) -> tuple[int, int]:
     return int(a.timestamp() * 1000), int(b.timestamp() * 1000)
 
 
+def nearest_rank(values: pl.Series, q: float) -> float | None:
+    """The ceil(q n)-th smallest value, as queue_delay_day defines its percentiles; None without values."""
+    v = values.drop_nulls().sort()
+    return float(v[max(math.ceil(q * v.len()), 1) - 1]) if v.len() else None
+
+
+def last_day(end_ms: int, tz: str) -> date:
+    """The reader's day holding the last millisecond before `end_ms` (the demo reports the day it ends)."""
+    return datetime.fromtimestamp((end_ms - 1) / 1000, ZoneInfo(tz)).date()
+
+
 def _frame(store: Store, sql: str, params: Params) -> pl.DataFrame:
     df = pl.from_arrow(store.query_arrow(sql, params))
     assert isinstance(df, pl.DataFrame)  # an Arrow table always converts to a DataFrame
@@ -329,8 +340,8 @@ def _team_page(
         "previous_day_goodput_pct": prev_pct,
         "change_pct_points": g - prev_pct if g is not None and prev_pct is not None else None,
         "queue_jobs": qw.len(),
-        "queue_wait_p50_s": float(qw.quantile(0.5, "nearest")) if qw.len() else None,  # type: ignore[arg-type]
-        "queue_wait_p95_s": float(qw.quantile(0.95, "nearest")) if qw.len() else None,  # type: ignore[arg-type]
+        "queue_wait_p50_s": nearest_rank(qw, 0.5),
+        "queue_wait_p95_s": nearest_rank(qw, 0.95),
         "cluster_goodput_pct": cluster_pct,
         "target_goodput_pct": target,
         "faults": tf.height,
@@ -617,8 +628,8 @@ def _cluster_page(
         "unallocated_gpu_hours": float(cap["unallocated_gpu_s"].sum()) / 3600,
         "jobs": w["job_id"].n_unique(),
         "faults": faults.height,
-        "queue_wait_p50_s": float(qw.quantile(0.5, "nearest")) if qw.len() else None,  # type: ignore[arg-type]
-        "queue_wait_p95_s": float(qw.quantile(0.95, "nearest")) if qw.len() else None,  # type: ignore[arg-type]
+        "queue_wait_p50_s": nearest_rank(qw, 0.5),
+        "queue_wait_p95_s": nearest_rank(qw, 0.95),
     }
     return Page(
         None,
