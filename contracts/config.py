@@ -241,6 +241,13 @@ class AnalyzerConfig(Table, frozen=True):
     within sampling jitter and left alone (docs/goodput-model.md, Clock skew)."""
     storage_saturation: Annotated[float, Meta(gt=0, le=1)] = 0.85
     """Fraction of the pool's storage ceiling that counts as saturated."""
+    storage_reader_fraction: Annotated[float, Meta(ge=0, le=1)] = 0.5
+    """A node counts among the readers of its pool's storage (so the pool at its ceiling is its evidence)
+    where it reads at least this fraction of the pool's mean read rate per node: a job starved by a hog
+    reads less than the hog, but far more than a job that hardly reads."""
+    coarse_running_sources: tuple[Name, ...] = ("slurm", "volcano", "kueue")
+    """Job-event sources whose `running` means "containers started", not "first training step": the
+    analyzers find the real start from step events or the jump in SM activity."""
     psi_some_pct: Annotated[float, Meta(ge=0, le=100)] = 20.0
     nic_line_rate_fraction: Annotated[float, Meta(gt=0, le=1)] = 0.9
     xmit_wait_per_s: NonNegative = 1.0e6

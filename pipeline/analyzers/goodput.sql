@@ -189,7 +189,7 @@ SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
 FROM tmp_alloc CROSS JOIN old
 ;;
 -- 3c. The real start of attempts whose `running` is coarse: a scheduler (Slurm, Kubernetes) that reports it
---     when the containers start, in the same millisecond as gang_complete or from a slurm/volcano/kueue
+--     when the containers start, in the same millisecond as gang_complete or from a source in {coarse_running_sources}
 --     source. Then the first training step (step events: its end minus its duration) marks the start;
 --     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
 --     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
@@ -200,7 +200,7 @@ att AS (
            if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
     FROM (SELECT job_id, attempt, t FROM tmp_events AS e
           WHERE event = 'running'
-            AND (source IN ('slurm', 'volcano', 'kueue')
+            AND (has({coarse_running_sources}, source)
                  OR (job_id, attempt, t) IN (SELECT job_id, attempt, t FROM tmp_events WHERE event = 'gang_complete'))
          ) AS r
     ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
@@ -398,7 +398,7 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 ;;
 -- 9. Evidence strength per (node, window): each signal over its threshold, so 1 is the threshold and the
 --    strongest signal of a kind counts. Storage: the node's own I/O pressure, or its pool's storage read
---    rate over the ceiling *if* this node is among those reading it (at least half the pool's mean read
+--    rate over the ceiling *if* this node is among those reading it (at least {storage_reader_fraction} of the pool's mean read
 --    rate per node: a job starved by another reads less than the hog, but not nothing), so a pool at its
 --    ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any port of the node
 --    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
@@ -441,7 +441,7 @@ SELECT node, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) 
 FROM (
     SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi, ifNull(d.pool, '') AS pool,
            ifNull(ps.ratio, 0) AS pool_ratio, ifNull(s.psi, 0) AS psi,
-           if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= 0.5 * ps.mean_read,
+           if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= {storage_reader_fraction} * ps.mean_read,
               pool_ratio / {storage_saturation}, 0) AS s_pool,
            psi / greatest({psi_some_pct}, 1e-9) AS s_psi,
            greatest(ifNull(n.xmit_wait, 0) / greatest({xmit_wait_per_s}, 1e-9),

@@ -158,6 +158,8 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "noise_z": repr(float(a.noise_z)),
         "clock_offset_ms": str(int(round(a.clock_offset_s * 1000))),
         "storage_saturation": repr(float(a.storage_saturation)),
+        "storage_reader_fraction": repr(float(a.storage_reader_fraction)),
+        "coarse_running_sources": "[" + ", ".join(f"'{s}'" for s in a.coarse_running_sources) + "]",
         "psi_some_pct": repr(float(a.psi_some_pct)),
         "nic_line_rate_fraction": repr(float(a.nic_line_rate_fraction)),
         "xmit_wait_per_s": repr(float(a.xmit_wait_per_s)),
