@@ -303,6 +303,23 @@ class AnalyzerConfig(Table, frozen=True):
             )
 
 
+class ReportMailConfig(Table, frozen=True):
+    """`[report.mail]`: where `goodput report --send` mails each team its page."""
+
+    smtp_host: str = ""
+    """SMTP server; empty: no mail is sent."""
+    smtp_port: Annotated[int, Meta(ge=1, le=65535)] = 25
+    starttls: bool = False
+    """Upgrade the connection with STARTTLS before logging in."""
+    username: str = ""
+    """Log in as this user (empty: no login)."""
+    password_env: str = ""
+    """Environment variable holding the SMTP password (never the file)."""
+    sender: str = "goodput@localhost"
+    recipients: dict[str, tuple[str, ...]] = {}
+    """`<team> = ["lead@example.com", ...]`; the key `cluster` gets the cluster page."""
+
+
 class ReportConfig(Table, frozen=True):
     """`[report]`: the daily efficiency report (`goodput report`, docs/report.md)."""
 
@@ -315,6 +332,10 @@ class ReportConfig(Table, frozen=True):
     """`<team> = <goodput %>`: a team's own target."""
     top_jobs: Count = 5
     """Jobs listed per team under "top jobs by waste"."""
+    webhook_url: str = ""
+    """Chat webhook `goodput report --send` posts each page's Markdown to (JSON `{"text": ...}`); empty:
+    none."""
+    mail: ReportMailConfig = ReportMailConfig()
 
     def __post_init__(self) -> None:
         try:

@@ -206,6 +206,21 @@ def cmd_report(args) -> int:
     pages = write(report, Path(args.out), args.lang)
     note = " (no data that day)" if report.empty else ""
     print(f"goodput report: wrote {len(pages)} pages to {args.out}/{note}; open {pages[0]}", file=sys.stderr)
+    if args.send:
+        from pipeline.report.send import SendError, send
+
+        if not cfg.report.mail.smtp_host and not cfg.report.webhook_url:
+            print(
+                "goodput report: --send needs [report.mail] smtp_host or [report] webhook_url in the config",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            sent = send(report, cfg.report, args.lang)
+        except SendError as e:
+            print(f"goodput report: {e}", file=sys.stderr)
+            return 2
+        print(f"goodput report: sent {sent['mails']} mails, {sent['posts']} webhook posts", file=sys.stderr)
     return 0
 
 
@@ -264,6 +279,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--team", help="only this team's page (and the cluster page)")
     p.add_argument("--lang", choices=("en", "zh"), default="en")
     p.add_argument("--out", required=True, help="directory to write the report to")
+    p.add_argument(
+        "--send",
+        action="store_true",
+        help="mail each team its page ([report.mail]) and post to [report] webhook_url",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(

@@ -231,12 +231,26 @@ def build(store: Store, cfg: Config, day: date, team: str | None = None) -> Repo
         ORDER BY reclaimable_s DESC, job_id, node, gpu""",
         {"cluster": cluster, "a": a, "b": b},
     )
+    episodes = _frame(
+        store,
+        f"""
+        SELECT job_id, rank, node, gpu, toUnixTimestamp64Milli(toDateTime64(start, 3)) AS start_ms,
+               toUnixTimestamp64Milli(toDateTime64(end, 3)) AS end_ms, kind, slowdown_pct,
+               cost_gpu_seconds
+        FROM {catalog.STRAGGLER_EPISODES}
+        WHERE cluster = {{cluster:String}} AND start < toDateTime({{b:Int64}}, 'UTC')
+              AND end > toDateTime({{a:Int64}}, 'UTC')
+        ORDER BY cost_gpu_seconds DESC, job_id, rank, start""",
+        {"cluster": cluster, "a": a // 1000, "b": b // 1000},
+    )
     teams = sorted(w["team"].unique().to_list()) if team is None else [team]
     cluster_goodput = _goodput(w.with_columns(all=pl.lit("")), ["all"])
     cluster_pct = float(cluster_goodput["goodput_pct"][0]) if cluster_goodput.height else None
     pages = [_cluster_page(store, cfg, w, ev, sched, faults, frag, a, b, tz)]
     for t in teams:
-        pages.append(_team_page(cfg, t, w, w_all, ev, jobs, sched, faults, idle, frag, day, tz, cluster_pct))
+        pages.append(
+            _team_page(cfg, t, w, w_all, ev, jobs, sched, faults, idle, frag, episodes, day, tz, cluster_pct)
+        )
     coverage = _coverage(store, cluster, w, a, b)
     return Report(cluster, cfg.cluster.currency, day, tz, a, b, pages, coverage, empty=w.height == 0)
 
@@ -252,6 +266,7 @@ def _team_page(
     faults: pl.DataFrame,
     idle: pl.DataFrame,
     frag: pl.DataFrame,
+    episodes: pl.DataFrame,
     day: date,
     tz: str,
     cluster_pct: float | None,
@@ -358,6 +373,7 @@ def _team_page(
             "top_jobs": top,
             "faults": tf,
             "stragglers": stragglers,
+            "straggler_episodes": episodes.filter(pl.col("job_id").is_in(list(team_jobs))),
             "idle_allocations": ti,
         },
         recs,

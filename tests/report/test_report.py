@@ -161,6 +161,20 @@ def test_jobs_queue_and_idle_equal_their_tables(demo, report):
         for key, quant in (("queue_wait_p50_s", 0.5), ("queue_wait_p95_s", 0.95)):
             want = waits[max(math.ceil(quant * len(waits)), 1) - 1] if waits else None
             assert page.numbers[key] == want
+    # Straggler episodes overlapping the day, per team, as the table holds them.
+    day_start, day_end = report.start_ms // 1000, report.end_ms // 1000
+    episodes = q(
+        store,
+        "SELECT job_id, count() AS n FROM straggler_episodes WHERE toUnixTimestamp(start) < {b:Int64} "
+        "AND toUnixTimestamp(end) > {a:Int64} GROUP BY job_id",
+        a=day_start,
+        b=day_end,
+    )
+    for page in report.pages[1:]:
+        assert set(page.tables["straggler_episodes"]["job_id"].to_list()) <= set(waste)
+    assert sum(p.tables["straggler_episodes"].height for p in report.pages[1:]) == sum(
+        r["n"] for r in episodes
+    )
     (idle,) = q(
         store,
         "SELECT sum(reclaimable_s) / 3600 AS h FROM idle_allocations WHERE "
@@ -327,3 +341,81 @@ def test_day_is_the_readers_not_utcs(demo):
     b = build(demo["store"], demo["cfg"], demo["day"])
     assert a.start_ms - b.start_ms == 8 * 3600 * 1000
     assert isinstance(demo["day"], date)
+
+
+class _Inbox:
+    """aiosmtpd handler: keeps every message it is handed."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], bytes]] = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's hook name)
+        self.messages.append((list(envelope.rcpt_tos), envelope.content))
+        return "250 OK"
+
+
+def test_send_mails_cid_images_and_posts_markdown(report, demo):
+    import email
+    import email.policy
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from aiosmtpd.controller import Controller
+
+    from pipeline.report.render import markdown_page
+    from pipeline.report.send import SendError, send
+
+    posts: list[bytes] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's hook name)
+            posts.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    inbox = _Inbox()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    smtp = Controller(inbox, hostname="127.0.0.1", port=port)
+    smtp.start()
+    try:
+        rcfg = config_mod.parse(
+            {
+                "report": {
+                    "webhook_url": f"http://127.0.0.1:{http.server_address[1]}/hook",
+                    "mail": {
+                        "smtp_host": "127.0.0.1",
+                        "smtp_port": port,
+                        "recipients": {NAME: ["lead@example.com"], "cluster": ["ops@example.com"]},
+                    },
+                }
+            }
+        ).report
+        assert send(report, rcfg, "en") == {"mails": 2, "posts": len(report.pages)}
+    finally:
+        smtp.stop()
+        http.shutdown()
+    assert sorted(to for to, _ in inbox.messages) == [["lead@example.com"], ["ops@example.com"]]
+    raw = next(body for to, body in inbox.messages if to == ["lead@example.com"])
+    msg = email.message_from_bytes(raw, policy=email.policy.default)
+    assert NAME in msg["Subject"]
+    html_part = msg.get_body(("html",))
+    body = html_part.get_content()
+    assert "data:image" not in body and "<script" not in body
+    cids = re.findall(r'src="cid:([^"]+)"', body)
+    related = {p["Content-ID"].strip("<>"): p for p in msg.walk() if p.get_content_type() == "image/png"}
+    assert cids and set(cids) == set(related)
+    assert all(Image.open(io.BytesIO(p.get_content())).size[0] >= 600 for p in related.values())
+    page = next(p for p in report.pages if p.team == NAME)
+    assert json.loads(posts[report.pages.index(page)])["text"] == markdown_page(report, page, "en")
+    # A server that is not there: one error naming it, no traceback.
+    down = msgspec.structs.replace(rcfg, webhook_url="", mail=msgspec.structs.replace(rcfg.mail, smtp_port=1))
+    with pytest.raises(SendError, match=r"mail via 127\.0\.0\.1:1 failed"):
+        send(report, down, "en")
