@@ -157,7 +157,7 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from pipeline.summary import as_json, format_team_table, team_table
+    from pipeline.summary import as_json, format_team_table, team_table, unallocated_gpu_hours
 
     cfg = config_mod.load(args.config)
     with _store(args, cfg) as store:
@@ -168,6 +168,9 @@ def cmd_summary(args) -> int:
         else:
             teams = team_table(store, cfg.cluster.name, args.team, args.job)
             print(format_team_table(teams, cfg.cluster.currency))
+            if args.team is None and args.job is None:
+                capacity, unallocated = unallocated_gpu_hours(store, cfg.cluster.name)
+                print(f"unallocated capacity: {unallocated:.1f} of {capacity:.1f} GPU-h")
     return 0
 
 

@@ -66,6 +66,16 @@ def team_table(store: Store, cluster: str, team: str | None = None, job: str | N
     return df
 
 
+def unallocated_gpu_hours(store: Store, cluster: str) -> tuple[float, float]:
+    """(capacity, unallocated) GPU-hours of every pool over the analysed range (`pool_capacity`)."""
+    t = store.query_arrow(
+        f"""SELECT sum(capacity_gpu_s) / 3600 AS c, sum(unallocated_gpu_s) / 3600 AS u
+        FROM {catalog.POOL_CAPACITY} WHERE cluster = {{cluster:String}}""",
+        {"cluster": cluster},
+    ).to_pylist()[0]
+    return float(t["c"] or 0.0), float(t["u"] or 0.0)
+
+
 def iso(ms: int | None) -> str | None:
     """Epoch ms as ISO 8601 UTC with a Z (the JSON's one time format), None stays None."""
     if ms is None:

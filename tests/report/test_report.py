@@ -218,7 +218,7 @@ def test_hostile_team_name_is_escaped_and_shown(demo, report, tmp_path):
     assert "<script" not in dom and html.escape(NAME, quote=False) in dom
 
 
-def test_day_without_data_says_so(demo, tmp_path, capsys):
+def test_day_without_data_says_so_and_summary_says_units_and_unallocated(demo, tmp_path, capsys):
     cfg = demo["tmp"] / "demo" / "config.toml"
     store = demo["store"]
     store.close()  # the command opens the directory itself
@@ -228,6 +228,16 @@ def test_day_without_data_says_so(demo, tmp_path, capsys):
         assert main(["report", "--config", str(cfg), "--day", "2020-13-01", "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "YYYY-MM-DD" in err
+        assert main(["summary", "--config", str(cfg)]) == 0
+        out = capsys.readouterr().out
+        assert "(hours in GPU-h" in out
+        with ChdbStore(demo["tmp"] / "demo" / "store") as store:
+            (cap,) = q(
+                store,
+                "SELECT sum(capacity_gpu_s) / 3600 AS c, sum(unallocated_gpu_s) / 3600 AS u "
+                "FROM pool_capacity",
+            )
+        assert f"unallocated capacity: {cap['u']:.1f} of {cap['c']:.1f} GPU-h" in out
     finally:
         demo["store"] = ChdbStore(demo["tmp"] / "demo" / "store")
     doc = json.loads((tmp_path / "report.json").read_text())
