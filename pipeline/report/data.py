@@ -23,6 +23,8 @@ from pipeline.store import Params, Store
 from pipeline.summary import iso
 
 TREND_DAYS = 7
+WHY_COLUMNS = ("loss_category", "loss_pct", "evidence", "evidence_from_ms", "evidence_to_ms")
+"""top_jobs' why, structured: its largest loss and that loss's largest evidence with its time span."""
 STRAGGLER = re.compile(r"straggler (\S+) GPU (\d+)")
 STORAGE = "storage of pool"
 NETWORK = ("fabric congestion", "NIC line rate")
@@ -168,10 +170,6 @@ def evidence(store: Store, cluster: str, a_ms: int, b_ms: int) -> pl.DataFrame:
     )
 
 
-def _clock(epoch_s: int, tz: str) -> str:
-    return datetime.fromtimestamp(epoch_s, ZoneInfo(tz)).strftime("%H:%M")
-
-
 def build(store: Store, cfg: Config, day: date, team: str | None = None) -> Report:
     """Every page of the report of `day` (the reader's): the cluster page and one per team (or `team`)."""
     tz = cfg.report.timezone
@@ -314,9 +312,17 @@ def _team_page(
         .sort(["waste_gpu_hours", "job_id"], descending=[True, False])
         .head(cfg.report.top_jobs)
     )
-    top = top.with_columns(
-        why=pl.Series([_why(r, tw, ev, tz) for r in top.iter_rows(named=True)], dtype=pl.Utf8)
-    ).select(
+    why = pl.DataFrame(
+        [_why(r, tw, ev) for r in top.iter_rows(named=True)],
+        schema={
+            "loss_category": pl.Utf8,
+            "loss_pct": pl.Float64,
+            "evidence": pl.Utf8,
+            "evidence_from_ms": pl.Int64,
+            "evidence_to_ms": pl.Int64,
+        },
+    )
+    top = pl.concat([top, why], how="horizontal").select(
         "job_id",
         "account",
         "pool",
@@ -326,7 +332,7 @@ def _team_page(
         "sm_active_pct",
         "waste_gpu_hours",
         "waste_cost",
-        "why",
+        *WHY_COLUMNS,
     )
     accounts = (
         _goodput(tw, ["account"])
@@ -380,26 +386,30 @@ def _team_page(
     )
 
 
-def _why(job: dict, tw: pl.DataFrame, ev: pl.DataFrame, tz: str) -> str:
-    """The job's largest loss in words: its category, share, pool, and the evidence with its local times."""
+def _why(job: dict, tw: pl.DataFrame, ev: pl.DataFrame) -> dict:
+    """The job's largest loss: its category and share of the job's time, and that category's largest
+    evidence string with the span of its windows (the renderers put it in words)."""
     jw = tw.filter((pl.col("job_id") == job["job_id"]) & (pl.col("category") != "productive"))
-    by_cat = (
+    cat, s = (
         jw.group_by("category")
         .agg(s=pl.col("gpu_seconds").sum())
         .sort(["s", "category"], descending=[True, False])
+        .row(0)
     )
-    if not by_cat.height:
-        return ""
-    cat, s = by_cat.row(0)
-    share = 100 * s / 3600 / job["allocated_gpu_hours"]
-    text = f"lost {share:.0f}% to {cat.replace('_', ' ')} on pool {job['pool']}"
+    out = {"loss_category": cat, "loss_pct": 100 * s / 3600 / job["allocated_gpu_hours"]}
     je = ev.filter((pl.col("job_id") == job["job_id"]) & (pl.col("category") == cat)).sort(
         ["gpu_seconds", "evidence"], descending=[True, False]
     )
     if je.height:
         r = je.row(0, named=True)
-        text += f"; {r['evidence']} {_clock(r['first_s'], tz)}–{_clock(r['last_s'], tz)}"
-    return text
+        out |= {
+            "evidence": r["evidence"],
+            "evidence_from_ms": r["first_s"] * 1000,
+            "evidence_to_ms": r["last_s"] * 1000,
+        }
+    else:
+        out |= {"evidence": None, "evidence_from_ms": None, "evidence_to_ms": None}
+    return out
 
 
 def _stragglers(ev: pl.DataFrame) -> pl.DataFrame:

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from pipeline.report import charts
-from pipeline.report.data import Page, Report
+from pipeline.report.data import WHY_COLUMNS, Page, Report
 from pipeline.report.i18n import LABELS, label, money, number, percent
 
 CSS = """body{font-family:"DejaVu Sans","Noto Sans CJK SC",sans-serif;margin:2em;color:#222;max-width:70em}
@@ -43,6 +43,29 @@ def cell(col: str, value, lang: str, currency: str, tz: str) -> str:
     if isinstance(value, int):
         return number(value, lang)
     return str(value)
+
+
+def why(row: dict, lang: str, tz: str) -> str:
+    """A top job's loss in words: "lost 72% to gang wait on pool core; gang incomplete 17:26–18:35"."""
+    text = label(lang, "why_sentence").format(
+        pct=f"{row['loss_pct']:.0f}", category=label(lang, row["loss_category"]), pool=str(row["pool"])
+    )
+    if row["evidence"]:
+        z = ZoneInfo(tz)
+        a, b = (
+            datetime.fromtimestamp(row[k] / 1000, z).strftime("%H:%M")
+            for k in ("evidence_from_ms", "evidence_to_ms")
+        )
+        text += f"; {row['evidence']} {a}–{b}"
+    return text
+
+
+def shown(name: str, frame: pl.DataFrame, lang: str, tz: str) -> pl.DataFrame:
+    """The table as a page shows it: top_jobs says its why in one sentence instead of five columns."""
+    if name != "top_jobs":
+        return frame
+    sentences = [why(r, lang, tz) for r in frame.iter_rows(named=True)]
+    return frame.drop(WHY_COLUMNS).with_columns(why=pl.Series(sentences, dtype=pl.Utf8))
 
 
 def numeric(frame: pl.DataFrame, col: str) -> bool:
@@ -179,7 +202,8 @@ def html_page(
     for i, (caption, png) in enumerate(images):
         src = f"cid:chart{i}" if cid else "data:image/png;base64," + base64.b64encode(png).decode()
         out.append(f'<h2>{e(caption)}</h2><img class="chart" alt="{e(caption)}" src="{src}">')
-    for name, frame in page.tables.items():
+    for name, table in page.tables.items():
+        frame = shown(name, table, lang, report.timezone)
         out.append(f"<h2>{e(_label(lang, name))}</h2>")
         if not frame.height:
             out.append(f"<p>{e(label(lang, 'none'))}</p>")
@@ -221,7 +245,8 @@ def markdown_page(report: Report, page: Page, lang: str) -> str:
         out += [f"- {_md(recommendation(r, lang, report.currency))}" for r in page.recommendations] or [
             f"- {_md(label(lang, 'none'))}"
         ]
-    for name, frame in page.tables.items():
+    for name, table in page.tables.items():
+        frame = shown(name, table, lang, report.timezone)
         if not frame.height:
             continue
         out += ["", f"## {_md(_label(lang, name))}", ""]

@@ -139,6 +139,15 @@ def test_jobs_queue_and_idle_equal_their_tables(demo, report):
             d=d,
         )
     }
+    by_cat: dict[str, dict[str, float]] = {}
+    for r in q(
+        store,
+        "SELECT job_id, category, sum(gpu_seconds) / 3600 AS h FROM goodput_windows "
+        "WHERE toDate(window_start, {tz:String}) = {d:Date} GROUP BY job_id, category",
+        tz=TZ,
+        d=d,
+    ):
+        by_cat.setdefault(r["job_id"], {})[r["category"]] = r["h"]
     sm = {r["job_id"]: r["sm_active_pct"] for r in q(store, "SELECT job_id, sm_active_pct FROM job_summary")}
     sched = q(
         store,
@@ -154,7 +163,10 @@ def test_jobs_queue_and_idle_equal_their_tables(demo, report):
             assert r["waste_cost"] == pytest.approx(waste[r["job_id"]]["c"])
             assert r["allocated_gpu_hours"] == pytest.approx(waste[r["job_id"]]["a"])
             assert r["sm_active_pct"] == pytest.approx(sm[r["job_id"]])
-            assert r["why"].startswith("lost ")
+            cats = by_cat[r["job_id"]]
+            top_cat = max((c for c in cats if c != "productive"), key=lambda c: (cats[c], c))
+            assert r["loss_category"] in {c for c in cats if c != "productive" and cats[c] == cats[top_cat]}
+            assert r["loss_pct"] == pytest.approx(100 * cats[r["loss_category"]] / waste[r["job_id"]]["a"])
         waits = sorted(
             r["queue_wait_s"] for r in sched if r["team"] == page.team and r["queue_wait_s"] is not None
         )
@@ -208,6 +220,12 @@ def test_hostile_team_name_is_escaped_and_shown(demo, report, tmp_path):
     text = (tmp_path / f"{slug(page)}.html").read_text()
     assert "<script" not in text
     assert html.escape(NAME) in text
+    # Top jobs say their loss in words (and in Chinese under --lang zh).
+    top = page.tables["top_jobs"].row(0, named=True)
+    assert html.escape(f"lost {top['loss_pct']:.0f}% to {LABELS['en'][top['loss_category']]}") in text
+    write(report, tmp_path / "zh", "zh")
+    zh = (tmp_path / "zh" / f"{slug(page)}.html").read_text()
+    assert f"因{LABELS['zh'][top['loss_category']]}损失 {top['loss_pct']:.0f}%" in zh
     md = (tmp_path / f"{slug(page)}.md").read_text()
     assert "<script>" not in md and r"\<script\>" in md and "语音" in md
     assert (
