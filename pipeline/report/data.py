@@ -241,13 +241,16 @@ def build(store: Store, cfg: Config, day: date, team: str | None = None) -> Repo
         ORDER BY cost_gpu_seconds DESC, job_id, rank, start""",
         {"cluster": cluster, "a": a // 1000, "b": b // 1000},
     )
+    saves = checkpoint_saves(store, cluster, a, b)
     teams = sorted(w["team"].unique().to_list()) if team is None else [team]
     cluster_goodput = _goodput(w.with_columns(all=pl.lit("")), ["all"])
     cluster_pct = float(cluster_goodput["goodput_pct"][0]) if cluster_goodput.height else None
     pages = [_cluster_page(store, cfg, w, ev, sched, faults, frag, a, b, tz)]
     for t in teams:
         pages.append(
-            _team_page(cfg, t, w, w_all, ev, jobs, sched, faults, idle, frag, episodes, day, tz, cluster_pct)
+            _team_page(
+                cfg, t, w, w_all, ev, jobs, sched, faults, idle, frag, episodes, saves, day, tz, cluster_pct
+            )
         )
     coverage = _coverage(store, cluster, w, a, b)
     return Report(cluster, cfg.cluster.currency, day, tz, a, b, pages, coverage, empty=w.height == 0)
@@ -265,6 +268,7 @@ def _team_page(
     idle: pl.DataFrame,
     frag: pl.DataFrame,
     episodes: pl.DataFrame,
+    saves: pl.DataFrame,
     day: date,
     tz: str,
     cluster_pct: float | None,
@@ -368,7 +372,7 @@ def _team_page(
         "faults": tf.height,
         "reclaimable_gpu_hours": float(ti["reclaimable_s"].sum()) / 3600,
     }
-    recs = _recommendations(cfg, team, tw, cats, alloc, ev, per_job, tf, stragglers, ts, frag)
+    recs = _recommendations(cfg, tw, cats, alloc, ev, per_job, tf, stragglers, ts, frag, saves)
     return Page(
         team,
         numbers,
@@ -412,6 +416,29 @@ def _why(job: dict, tw: pl.DataFrame, ev: pl.DataFrame) -> dict:
     return out
 
 
+def checkpoint_saves(store: Store, cluster: str, a_ms: int, b_ms: int) -> pl.DataFrame:
+    """Per job, its checkpoint saves of the day (runs of consecutive checkpoint windows: a save longer
+    than a window spans several) and their GPU-seconds."""
+    return _frame(
+        store,
+        f"""
+        SELECT job_id, countIf(gap != w) AS saves, sum(s) AS gpu_seconds
+        FROM (
+            SELECT job_id, any(window_s) AS w, sum(gpu_seconds) AS s,
+                   toUnixTimestamp(window_start) - lagInFrame(toUnixTimestamp(window_start), 1, 0)
+                       OVER (PARTITION BY job_id ORDER BY window_start
+                             ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS gap
+            FROM {catalog.GOODPUT_WINDOWS}
+            WHERE cluster = {{cluster:String}} AND category = 'checkpoint'
+                  AND window_start >= toDateTime({{a:Int64}}, 'UTC')
+                  AND window_start < toDateTime({{b:Int64}}, 'UTC')
+            GROUP BY job_id, window_start
+        )
+        GROUP BY job_id""",
+        {"cluster": cluster, "a": a_ms // 1000, "b": b_ms // 1000},
+    )
+
+
 def _stragglers(ev: pl.DataFrame) -> pl.DataFrame:
     """Straggling GPUs named by comm_stall evidence: node, GPU, the jobs they slowed, GPU-hours lost."""
     rows = []
@@ -433,7 +460,6 @@ def _stragglers(ev: pl.DataFrame) -> pl.DataFrame:
 
 def _recommendations(
     cfg: Config,
-    team: str,
     tw: pl.DataFrame,
     cats: pl.DataFrame,
     alloc: float,
@@ -443,30 +469,31 @@ def _recommendations(
     stragglers: pl.DataFrame,
     ts: pl.DataFrame,
     frag: pl.DataFrame,
+    saves: pl.DataFrame,
 ) -> list[dict]:
     """Each recommendation: a kind, its subject and the numbers behind it (the renderers word it)."""
     recs: list[dict] = []
-    # Checkpoint interval (Young/Daly): sqrt(2 C MTBF), C the save time, MTBF the job's running time per
-    # failure today; the save time and current interval come from its checkpoint windows.
+    # Checkpoint interval (Young/Daly): sqrt(2 C MTBF), C the time one save takes, MTBF the job's running
+    # time that day per failure; C and the current interval come from its runs of checkpoint windows.
     failing = tf.filter(pl.col("owner") == "job").group_by("job_id").agg(failures=pl.len()).sort("job_id")
     for job_id, failures in failing.iter_rows():
         j = per_job.filter(pl.col("job_id") == job_id)
-        ck = ev.filter((pl.col("job_id") == job_id) & (pl.col("category") == "checkpoint"))
+        ck = saves.filter(pl.col("job_id") == job_id)
         if not j.height or not ck.height or not j["gpus"][0]:
             continue
-        gpus = int(j["gpus"][0])
+        gpus, n = int(j["gpus"][0]), int(ck["saves"][0])
         wall_s = float(j["allocated_gpu_hours"][0]) * 3600 / gpus
-        saves = int(ck["windows"].sum())
-        save_s = float(ck["gpu_seconds"].sum()) / gpus / max(saves, 1)
+        save_s = float(ck["gpu_seconds"][0]) / gpus / n
         mtbf_s = wall_s / failures
         optimal_s = math.sqrt(2 * save_s * mtbf_s)
-        current_s = wall_s / max(saves, 1)
+        current_s = wall_s / n
         if abs(optimal_s - current_s) / current_s >= CHECKPOINT_CHANGE:
             recs.append(
                 {
                     "kind": "checkpoint_interval",
                     "job_id": job_id,
                     "failures": failures,
+                    "saves": n,
                     "mtbf_s": mtbf_s,
                     "checkpoint_cost_s": save_s,
                     "current_interval_s": current_s,

@@ -25,6 +25,7 @@ from PIL import Image, ImageChops
 from contracts import config as config_mod
 from goodput.cli import main
 from goodput.demo import run_demo
+from goodput.sim.cluster import PlannedFailure
 from pipeline.chdb_store import ChdbStore
 from pipeline.report.data import build
 from pipeline.report.i18n import LABELS
@@ -44,7 +45,15 @@ def demo(tmp_path_factory):
     text = text.replace('speech = ["asr"]', f'{json.dumps(NAME)} = ["asr"]')
     text = text.replace('timezone = "UTC"', f'timezone = "{TZ}"')
     (tmp / "in.toml").write_text(text)
-    res = run_demo(gpus=64, hours=3, seed=2, out=tmp / "demo", config_path=str(tmp / "in.toml"), quiet=True)
+    res = run_demo(
+        gpus=64,
+        hours=3,
+        seed=2,
+        out=tmp / "demo",
+        config_path=str(tmp / "in.toml"),
+        quiet=True,
+        sim_overrides={"planned_failures": (PlannedFailure(job_index=0, after_running_s=1500, kind="xid"),)},
+    )
     cfg = config_mod.load(tmp / "demo" / "config.toml")
     cfg = msgspec.structs.replace(cfg, report=config_mod.parse({"report": {"timezone": TZ}}).report)
     store = ChdbStore(tmp / "demo" / "store")
@@ -196,6 +205,66 @@ def test_jobs_queue_and_idle_equal_their_tables(demo, report):
     )
     got = sum(p.numbers["reclaimable_gpu_hours"] for p in report.pages[1:])  # type: ignore[misc]
     assert got == pytest.approx(idle["h"] or 0.0)
+
+
+def test_recommendations_hold_their_numbers(demo, report):
+    store, d = demo["store"], demo["day"].isoformat()
+    day = {"tz": TZ, "d": d}
+    kinds = [r["kind"] for p in report.pages[1:] for r in p.recommendations]
+    assert "checkpoint_interval" in kinds, kinds
+    for page in report.pages[1:]:
+        for r in page.recommendations:
+            if r["kind"] == "checkpoint_interval":
+                (j,) = q(
+                    store,
+                    "SELECT sum(gpu_seconds) AS a, sumIf(gpu_seconds, category = 'checkpoint') AS c, "
+                    "any(window_s) AS w FROM goodput_windows WHERE job_id = {j:String} "
+                    "AND toDate(window_start, {tz:String}) = {d:Date}",
+                    j=r["job_id"],
+                    **day,
+                )
+                (g,) = q(store, "SELECT gpus FROM job_summary WHERE job_id = {j:String}", j=r["job_id"])
+                (f,) = q(
+                    store,
+                    "SELECT count() AS n FROM faults WHERE job_id = {j:String} AND owner = 'job' "
+                    "AND toDate(ts, {tz:String}) = {d:Date}",
+                    j=r["job_id"],
+                    **day,
+                )
+                starts = [
+                    x["t"]
+                    for x in q(
+                        store,
+                        "SELECT DISTINCT toUnixTimestamp(window_start) AS t FROM goodput_windows "
+                        "WHERE job_id = {j:String} AND category = 'checkpoint' "
+                        "AND toDate(window_start, {tz:String}) = {d:Date} ORDER BY t",
+                        j=r["job_id"],
+                        **day,
+                    )
+                ]
+                saves = sum(1 for i, t in enumerate(starts) if i == 0 or t - starts[i - 1] != j["w"])
+                cost = j["c"] / g["gpus"] / saves
+                mtbf = j["a"] / g["gpus"] / f["n"]
+                assert (r["failures"], r["saves"]) == (f["n"], saves)
+                assert r["checkpoint_cost_s"] == pytest.approx(cost)
+                assert r["mtbf_s"] == pytest.approx(mtbf)
+                assert r["recommended_interval_s"] == pytest.approx(math.sqrt(2 * cost * mtbf))
+                assert r["current_interval_s"] == pytest.approx(j["a"] / g["gpus"] / saves)
+            elif r["kind"] == "gang_too_large":
+                (m,) = q(
+                    store,
+                    "SELECT max(free_gpus) AS m FROM pool_fragmentation WHERE pool = {p:String} "
+                    "AND toDate(window_start, {tz:String}) = {d:Date}",
+                    p=r["pool"],
+                    **day,
+                )
+                assert r["max_free_gpus"] == m["m"] < r["gpus_requested"] and r["gang_wait_s"] >= 60
+            elif r["kind"] == "drain_node":
+                row = page.tables["stragglers"].row(0, named=True)
+                assert (r["node"], r["gpu"], r["gpu_hours"]) == (row["node"], row["gpu"], row["gpu_hours"])
+            else:
+                assert r["kind"] == "storage"
+                assert r["data_stall_gpu_hours"] <= page.numbers["allocated_gpu_hours"]  # type: ignore[operator]
 
 
 def test_files_json_csv_and_parquet_hold_the_same_numbers(demo, report, tmp_path):
