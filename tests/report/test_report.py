@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import subprocess
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import msgspec
@@ -132,6 +132,32 @@ def test_totals_reconcile_to_allocated_and_capacity(demo, report):
     assert cluster.numbers["unallocated_gpu_hours"] == pytest.approx(cap["u"])
     pools = cluster.tables["pools"]
     assert pools["allocated_gpu_hours"].sum() == pytest.approx(teams_total)
+
+
+def test_coverage_equals_its_tables(demo, report):
+    store, d = demo["store"], demo["day"].isoformat()
+    (w,) = q(
+        store,
+        "SELECT sumIf(gpu_seconds, startsWith(evidence, 'no telemetry from node')) / 3600 AS silent, "
+        "toUnixTimestamp(max(computed_at)) AS at FROM goodput_windows "
+        "WHERE toDate(window_start, {tz:String}) = {d:Date}",
+        tz=TZ,
+        d=d,
+    )
+    dead = q(
+        store,
+        "SELECT reason, count() AS n FROM dead_letters WHERE toDate(received_at, {tz:String}) = {d:Date} "
+        "GROUP BY reason",
+        tz=TZ,
+        d=d,
+    )
+    c = report.coverage
+    assert c["silent_gpu_hours"] == pytest.approx(w["silent"])
+    assert c["dead_letters"] == {r["reason"]: r["n"] for r in dead}
+    assert c["analyzed_at"] == datetime.fromtimestamp(w["at"], UTC).isoformat(
+        timespec="milliseconds"
+    ).replace("+00:00", "Z")
+    assert c["reanalyzed_after_day"] is False
 
 
 def test_jobs_queue_and_idle_equal_their_tables(demo, report):
@@ -268,6 +294,9 @@ def test_recommendations_hold_their_numbers(demo, report):
 
 
 def test_files_json_csv_and_parquet_hold_the_same_numbers(demo, report, tmp_path):
+    # The demo wrote its own report of the day its data ends (the README's first command ends there).
+    shown = demo["demo"]["report"]
+    assert shown[0] == demo["tmp"] / "demo" / "report" / "cluster.html" and all(p.exists() for p in shown)
     pages = write(report, tmp_path, "en")
     assert [p.name for p in pages] == [f"{slug(p)}.html" for p in report.pages]
     doc = json.loads((tmp_path / "report.json").read_text())
