@@ -22,7 +22,7 @@ from pipeline.analyzers import run as analyzers
 from pipeline.chdb_store import ChdbStore
 from pipeline.loader import Loader, limits_from_config
 from pipeline.progress import Progress
-from pipeline.report.data import build as build_report
+from pipeline.report.build import build as build_report
 from pipeline.report.data import last_day
 from pipeline.report.write import write as write_report
 from pipeline.store import StoreLocked

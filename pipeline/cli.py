@@ -195,7 +195,7 @@ def cmd_explain(args) -> int:
 def cmd_report(args) -> int:
     from datetime import date
 
-    from pipeline.report.data import build
+    from pipeline.report.build import build
     from pipeline.report.write import write
 
     cfg = config_mod.load(args.config)

@@ -27,7 +27,7 @@ from goodput.cli import main
 from goodput.demo import run_demo
 from goodput.sim.cluster import PlannedFailure
 from pipeline.chdb_store import ChdbStore
-from pipeline.report.data import build
+from pipeline.report.build import build
 from pipeline.report.i18n import LABELS
 from pipeline.report.write import REPORT_VERSION, slug, write
 from pipeline.summary import display_width, format_team_table
