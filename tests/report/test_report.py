@@ -344,6 +344,24 @@ def test_day_without_data_says_so_and_summary_says_units_and_unallocated(demo, t
         assert main(["report", "--config", str(cfg), "--day", "2020-13-01", "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "YYYY-MM-DD" in err
+        # --team: the cluster page and that team's only; --send with nothing configured: one line, exit 2.
+        one = tmp_path / "one"
+        args = [
+            "report",
+            "--config",
+            str(cfg),
+            "--day",
+            demo["day"].isoformat(),
+            "--team",
+            NAME,
+            "--out",
+            str(one),
+        ]
+        assert main(args) == 0
+        assert [p["team"] for p in json.loads((one / "report.json").read_text())["pages"]] == [None, NAME]
+        capsys.readouterr()
+        assert main([*args, "--send"]) == 2
+        assert "--send needs [report.mail] smtp_host or [report] webhook_url" in capsys.readouterr().err
         assert main(["summary", "--config", str(cfg)]) == 0
         out = capsys.readouterr().out
         assert "(hours in GPU-h" in out
