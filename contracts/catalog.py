@@ -183,3 +183,80 @@ LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 """The loader service's own health (pipeline/loader_service.py): name -> (type, help, label names), as
 exposed; dashboards and alerts read these names from here. Counters end in `_total` as exposed."""
+
+
+GOODPUT_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "goodput_analysed_until_timestamp_seconds": (
+        "gauge",
+        'End of the latest analysed window in the store ("data analysed up to"); the other '
+        "goodput_ series cover the lookback before it.",
+        (),
+    ),
+    "goodput_exporter_lookback_seconds": (
+        "gauge",
+        "Span the goodput_ series cover, ending at goodput_analysed_until_timestamp_seconds.",
+        (),
+    ),
+    "goodput_exporter_refresh_timestamp_seconds": (
+        "gauge",
+        "When the series were last read from the store.",
+        (),
+    ),
+    "goodput_exporter_refresh_errors_total": (
+        "counter",
+        "Reads of the store that failed (the previous values stay served).",
+        (),
+    ),
+    "goodput_gpu_seconds": (
+        "gauge",
+        "GPU-seconds allocated in the lookback by goodput category (productive and every waste category).",
+        ("pool", "team", "category"),
+    ),
+    "goodput_job_gpu_seconds": (
+        "gauge",
+        "A job's GPU-seconds in the lookback by category; only the exported jobs (the top jobs by waste, "
+        "then running jobs, up to [exporter].max_jobs).",
+        ("job_id", "pool", "team", "category"),
+    ),
+    "goodput_job_last_window_ratio": (
+        "gauge",
+        "Share (0-1) of an exported job's GPU-seconds in its latest analysed window, by category "
+        "(a job in startup or checkpoint shows it here).",
+        ("job_id", "pool", "team", "category"),
+    ),
+    "goodput_exporter_jobs": (
+        "gauge",
+        "Jobs with GPU time in the lookback: exported (a job_id series) or not (over max_jobs).",
+        ("exported",),
+    ),
+    "goodput_straggler_windows": (
+        "gauge",
+        "Analysed windows in the lookback whose comm stall names a straggler GPU on this node.",
+        ("node",),
+    ),
+    "goodput_queue_wait_p90_seconds": (
+        "gauge",
+        "90th percentile (nearest rank) of submitted -> first GPU of jobs first allocated in the lookback.",
+        ("pool",),
+    ),
+    "goodput_queued_jobs": (
+        "gauge",
+        "Jobs submitted and not yet allocated a GPU at the end of the lookback.",
+        ("pool",),
+    ),
+    "goodput_gang_wait_max_seconds": (
+        "gauge",
+        "Longest first GPU -> gang complete of the pool's jobs allocated in the lookback (still waiting: "
+        "up to the end of the lookback).",
+        ("pool",),
+    ),
+    "goodput_faults": (
+        "gauge",
+        "Faults (failed or preempted attempts) in the lookback by kind (FAULT_KINDS).",
+        ("kind",),
+    ),
+}
+"""The goodput exporter (pipeline/goodput_exporter.py; served by the loader service after its embedded
+analyzers run, and by `goodput exporter --config`): name -> (type, help, label names). Recent analyzer
+results, so gauges over a lookback. Cardinality is bounded by configuration, never by the data:
+pool x team x category, max_jobs x category for the job series, nodes for stragglers, pools, kinds."""

@@ -189,6 +189,38 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def cmd_exporter(args) -> int:
+    """The goodput exporter on its own: reads the store every [exporter].refresh_s, serves /metrics."""
+    import logging
+    import threading
+
+    from pipeline.goodput_exporter import ExporterEndpoint, GoodputExporter
+    from pipeline.loader_service import install_signal_handlers
+
+    cfg = config_mod.load(args.config)
+    endpoint = cfg.exporter.metrics_address
+    if not endpoint:
+        raise config_mod.ConfigError(f"{cfg.source}: [exporter] metrics_address is empty: nothing to serve")
+    host, port = config_mod.parse_address(endpoint, "[exporter].metrics_address")
+    exporter = GoodputExporter(cfg)
+    server = ExporterEndpoint(exporter)
+    stop = threading.Event()
+    with _store(args, cfg) as store:
+        exporter.refresh(store)
+        bound = server.serve(host, port)
+        print(
+            f"goodput exporter: metrics on http://{bound[0]}:{bound[1]}/metrics", file=sys.stderr, flush=True
+        )
+        logging.getLogger("goodput.exporter").info("refreshing every %.0f s", cfg.exporter.refresh_s)
+        install_signal_handlers(stop)
+        try:
+            while not stop.wait(cfg.exporter.refresh_s):
+                exporter.refresh(store)
+        finally:
+            server.close()
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="goodput TOML config (default: the shipped example)")
@@ -241,3 +273,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("job", help="job id as the scheduler knows it")
     p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/summary.md)")
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser(
+        "exporter",
+        parents=[common],
+        help="Prometheus /metrics of recent analyzer results: goodput, waste, stragglers (docs/alerts.md)",
+    )
+    p.set_defaults(func=cmd_exporter)

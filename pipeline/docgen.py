@@ -321,6 +321,15 @@ when the node cannot measure it; it disappears when its collector fails (then
     out += ["## Agent: its own health", ""] + _self_metrics_table(catalog.AGENT_SELF_METRICS)
     out += ["", "## Loader (`goodput ingest --config`, default port 9479)", ""]
     out += _self_metrics_table(catalog.LOADER_METRICS) + [""]
+    out += [
+        "## Goodput exporter (the loader service with `--analyze-every`, or `goodput exporter --config`, "
+        "default port 9480)",
+        "",
+        "Recent analyzer results over `[exporter].lookback_s`, ending at the latest analysed window; "
+        "cardinality and alert rules in docs/alerts.md.",
+        "",
+    ]
+    out += _self_metrics_table(catalog.GOODPUT_METRICS) + [""]
     return "\n".join(out)
 
 
