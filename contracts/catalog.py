@@ -260,3 +260,22 @@ GOODPUT_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 analyzers run, and by `goodput exporter --config`): name -> (type, help, label names). Recent analyzer
 results, so gauges over a lookback. Cardinality is bounded by configuration, never by the data:
 pool x team x category, max_jobs x category for the job series, nodes for stragglers, pools, kinds."""
+
+
+EXTERNAL_METRICS: dict[str, str] = {
+    "up": "Prometheus: 1 if the last scrape of the target succeeded.",
+    "kafka_brokers": "kafka_exporter (danielqsj/kafka_exporter): brokers in the cluster.",
+    "kafka_consumergroup_lag": "kafka_exporter: records behind, per consumergroup, topic, partition.",
+    "ClickHouseAsyncMetrics_FilesystemMainPathAvailableBytes": "ClickHouse: free bytes of the data path.",
+    "ClickHouseAsyncMetrics_FilesystemMainPathTotalBytes": "ClickHouse: size of the data path's volume.",
+    "ClickHouseAsyncMetrics_MaxPartCountForPartition": "ClickHouse: most active parts in a partition.",
+    "prometheus_rule_evaluation_failures_total": "Prometheus: rule evaluations that failed.",
+    "prometheus_notifications_errors_total": "Prometheus: errors sending alerts to Alertmanager.",
+    "prometheus_notifications_alertmanagers_discovered": "Prometheus: Alertmanagers it sends to.",
+    "prometheus_config_last_reload_successful": "Prometheus: 1 if the last config reload succeeded.",
+    "alertmanager_notifications_failed_total": "Alertmanager: notifications that failed, per integration.",
+    "alertmanager_config_last_reload_successful": "Alertmanager: 1 if the last config reload succeeded.",
+}
+"""Series of other exporters the alert rules read (alerts/rules.py): the pipeline's own parts (Kafka,
+ClickHouse, Prometheus, Alertmanager). Declared here like goodput's own, so that a rule cannot name a
+series nobody declared; the exporters' own docs define them."""

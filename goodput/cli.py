@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from alerts import build as alerts_build
 from contracts.config import ConfigError
 from pipeline import cli as pipeline_cli
 from pipeline.store import StoreError
@@ -15,7 +16,7 @@ from pipeline.store import StoreError
 # What the `pipeline` extra adds to the agent's base install. The commands import them only when they run,
 # so on a GPU node (`pip install goodput`, docs/agent.md) `goodput agent` works and the others say why not.
 ANALYTICS_PACKAGES = frozenset(
-    {"numpy", "pyarrow", "chdb", "polars", "pandas", "clickhouse_driver", "tomli_w", "tqdm"}
+    {"numpy", "pyarrow", "chdb", "polars", "pandas", "clickhouse_driver", "tomli_w", "tqdm", "yaml"}
 )
 
 
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", help="override [agent].state_dir (seq state and spool)")
     p.set_defaults(func=cmd_agent)
     pipeline_cli.register(sub)
+    alerts_build.register(sub)
     return parser
 
 

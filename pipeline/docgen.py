@@ -330,6 +330,8 @@ when the node cannot measure it; it disappears when its collector fails (then
         "",
     ]
     out += _self_metrics_table(catalog.GOODPUT_METRICS) + [""]
+    out += ["## Other exporters' series the alert rules read (docs/alerts.md)", "", "| metric | meaning |"]
+    out += ["|---|---|"] + [f"| `{n}` | {h} |" for n, h in catalog.EXTERNAL_METRICS.items()] + [""]
     return "\n".join(out)
 
 
