@@ -35,7 +35,12 @@ receiver; inhibition sources only silence others)."""
 
 def _declared() -> set[str]:
     names = set(catalog.agent_metrics()) | set(catalog.EXTERNAL_METRICS)
-    for table in (catalog.AGENT_SELF_METRICS, catalog.LOADER_METRICS, catalog.GOODPUT_METRICS):
+    for table in (
+        catalog.AGENT_DERIVED_METRICS,
+        catalog.AGENT_SELF_METRICS,
+        catalog.LOADER_METRICS,
+        catalog.GOODPUT_METRICS,
+    ):
         names |= set(table)
     return names
 

@@ -125,6 +125,29 @@ AGENT_SELF_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 exposed (prometheus_client appends the suffix itself, so the agent strips it when declaring)."""
 
 
+AGENT_DERIVED_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "goodput_gpu_xid_errors_total": (
+        "counter",
+        "Agent ticks in which the GPU reported this XID code (the field xid is the tick's last XID, so "
+        "repeats of one code within a tick count once); since the agent started.",
+        ("gpu", "UUID", "Hostname", "xid"),
+    ),
+    "goodput_gpu_lost": (
+        "gauge",
+        "1 if NVML reported the GPU lost (GPU_IS_LOST, 'fallen off the bus') in the latest tick, else 0.",
+        ("gpu", "UUID", "Hostname"),
+    ),
+    "goodput_nic_port_active": (
+        "gauge",
+        "1 if the RDMA port's state is ACTIVE, else 0 (DOWN, INIT, ARMED, POLLING): link down is alertable.",
+        ("device", "port"),
+    ),
+}
+"""Series the agent derives from sample fields that are no number (the XID code, lost, the port state):
+name -> (type, help, label names). A scrape between two XIDs misses the one-tick `goodput_gpu_last_xid`;
+the counter does not."""
+
+
 LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "goodput_loader_consumer_lag_records": (
         "gauge",

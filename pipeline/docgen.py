@@ -318,6 +318,8 @@ when the node cannot measure it; it disappears when its collector fails (then
             scale = f" (x{f.metric_scale:g})" if f.metric_scale != 1 else ""
             out.append(f"| `{name}` | {f.metric_type} | `{f.name}`{scale} | {f.help} |")
         out.append("")
+    out += ["## Agent: derived from fields that are no number", ""]
+    out += _self_metrics_table(catalog.AGENT_DERIVED_METRICS) + [""]
     out += ["## Agent: its own health", ""] + _self_metrics_table(catalog.AGENT_SELF_METRICS)
     out += ["", "## Loader (`goodput ingest --config`, default port 9479)", ""]
     out += _self_metrics_table(catalog.LOADER_METRICS) + [""]

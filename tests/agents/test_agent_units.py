@@ -267,6 +267,38 @@ def test_samples_exported_with_labels_scale_and_vanish_when_forgotten():
     assert "goodput_gpu_sm_clock_hertz" not in fams and "goodput_collector_success" in fams
 
 
+def test_xids_count_by_code_lost_gpus_and_port_state_are_series():
+    """An XID is a counter per code that a scrape cannot miss; a lost GPU and a port not ACTIVE are
+    gauges an alert can test (contracts.catalog.AGENT_DERIVED_METRICS, the schema's `lost` field)."""
+    m = AgentMetrics("gpu-a-001")
+    gpu = {"ts_ms": 1, "gpu": 2, "uuid": "GPU-y"}
+    for tick in ({"xid": 79}, {}, {"xid": 79, "lost": True}, {"xid": 13}):
+        m.samples.update("nvml", "gpu", [{**gpu, **tick}])
+    m.samples.update(
+        "rdma",
+        "nic",
+        [
+            {"ts_ms": 1, "device": "mlx5_0", "port": 1, "state": "ACTIVE"},
+            {"ts_ms": 1, "device": "mlx5_1", "port": 1, "state": "DOWN"},
+        ],
+    )
+    text = generate_latest(m.registry).decode()
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    xid = {"gpu": "2", "UUID": "GPU-y", "Hostname": "gpu-a-001"}
+    assert got[("goodput_gpu_xid_errors_total", tuple(sorted({**xid, "xid": "79"}.items())))] == 2
+    assert got[("goodput_gpu_xid_errors_total", tuple(sorted({**xid, "xid": "13"}.items())))] == 1
+    ports = {dict(k)["device"]: v for (n, k), v in got.items() if n == "goodput_nic_port_active"}
+    assert ports == {"mlx5_0": 1.0, "mlx5_1": 0.0}
+    assert [v for (n, _), v in got.items() if n == "goodput_gpu_lost"] == [0.0]  # the latest tick: not lost
+    m.samples.update("nvml", "gpu", [{**gpu, "lost": True}])
+    fams = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
+    assert [s.value for s in fams["goodput_gpu_lost"].samples] == [1.0]
+
+
 def test_the_example_configs_agent_table_states_the_defaults():
     import tomllib
 
