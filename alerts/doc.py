@@ -55,10 +55,10 @@ your links and receivers):
   `--analyze-every` serves the same series on its own endpoint (`[loader].metrics_address`, loopback
   by default: set it to an address Prometheus reaches). With the embedded chDB store only one process may
   open the store, so use the loader's endpoint there; `goodput exporter` is for a ClickHouse server store.
-- Series the issue asks for that the agent does not export yet: an XID counter with the code as a label
-  (the rules use `goodput_gpu_last_xid`, present for one tick, so `last_over_time(...[15m])` still misses
-  an XID between two scrapes), NIC port state (the link rules use the `link_downed` rate) and a lost-GPU
-  series ("fallen off the bus" is XID 79 in `GoodputGpuXidHardware`).
+- The GPU and NIC rules read the agent's derived series (docs/metrics.md): the XID counter by code
+  (`goodput_gpu_xid_errors_total`; `goodput_gpu_last_xid` is present for one tick only, which a scrape
+  misses), `goodput_gpu_lost` and `goodput_nic_port_active`. Agents older than these series do not
+  trigger `GoodputGpuXid*`, `GoodputGpuLost` or `GoodputNicLinkDown`.
 
 ## The goodput exporter's series and their cardinality
 

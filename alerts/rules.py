@@ -198,8 +198,8 @@ def _up(job: str, name: str, severity: str, subsystem: str, what: str, first: st
 
 
 _XID_HW = catalog.XID_CLASSES["xid_hw"]
-_LAST_XID = f"last_over_time({m('goodput_gpu_last_xid')}[15m])"
-_XID_HW_EXPR = " or ".join(f"{_LAST_XID} == {code}" for code in _XID_HW)
+_XIDS = m("goodput_gpu_xid_errors_total")
+_XID_HW_RE = "|".join(str(code) for code in _XID_HW)
 
 
 def _increase(
@@ -409,36 +409,53 @@ ALERTS: tuple[Alert, ...] = (
     # ---------------------------------------------------------------- GPUs, NICs, storage (the agent)
     Alert(
         name="GoodputGpuXidHardware",
-        expr=_XID_HW_EXPR,
+        expr=f'increase({_XIDS}{{xid=~"{_XID_HW_RE}"}}[15m]) > 0',
         for_="0m",
         severity="page",
         subsystem="gpu",
-        summary="GPU {{ $labels.gpu }} on {{ $labels.node }} reported a hardware XID",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.node }} reported hardware XID {{ $labels.xid }}",
         runbook=(
             "GPU {{ $labels.gpu }} on {{ $labels.node }} reported an XID NVIDIA's catalog resolves by reset, "
             "drain or service (ECC, row remap, NVLink, fallen off the bus, GSP). First: `dmesg | grep -i "
             "xid` on the node; drain it (scontrol update nodename=... state=drain) before the next job."
         ),
         dashboard=NODE_DASH,
-        fire=((_series("goodput_gpu_last_xid", **_GPU), "_x40 79x10"),),
-        labels=_GPU,
-        quiet=((_series("goodput_gpu_last_xid", **_GPU), "_x40 13x10"),),
+        fire=((_series("goodput_gpu_xid_errors_total", **_GPU, xid="79"), "0x40 1x80"),),
+        labels={**_GPU, "xid": "79"},
+        quiet=((_series("goodput_gpu_xid_errors_total", **_GPU, xid="13"), "0x40 1x80"),),
     ),
     Alert(
         name="GoodputGpuXid",
-        expr=f"{_LAST_XID} unless ({_XID_HW_EXPR})",
+        expr=f'increase({_XIDS}{{xid!~"{_XID_HW_RE}"}}[15m]) > 0',
         for_="0m",
         severity="ticket",
         subsystem="gpu",
-        summary="GPU {{ $labels.gpu }} on {{ $labels.node }} reported an XID",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.node }} reported XID {{ $labels.xid }}",
         runbook=(
             "An XID NVIDIA's catalog sends back to the application (or an unclassified one). First: the "
             "job running on the GPU (node dashboard) and its log; repeated XIDs on one GPU: drain it."
         ),
         dashboard=NODE_DASH,
-        fire=((_series("goodput_gpu_last_xid", **_GPU), "_x40 13x10"),),
+        fire=((_series("goodput_gpu_xid_errors_total", **_GPU, xid="13"), "0x40 1x80"),),
+        labels={**_GPU, "xid": "13"},
+        quiet=((_series("goodput_gpu_xid_errors_total", **_GPU, xid="13"), "1x120"),),
+    ),
+    Alert(
+        name="GoodputGpuLost",
+        expr=f"{m('goodput_gpu_lost')} == 1",
+        for_="0m",
+        severity="page",
+        subsystem="gpu",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.node }} fell off the bus",
+        runbook=(
+            "NVML reports the GPU lost (GPU_IS_LOST): its job has failed or hangs. First: `nvidia-smi` "
+            "and `dmesg | grep -i xid` (XID 79) on {{ $labels.node }}; drain the node: it needs a reset "
+            "or a reboot."
+        ),
+        dashboard=NODE_DASH,
+        fire=((_series("goodput_gpu_lost", **_GPU), "0x40 1x80"),),
         labels=_GPU,
-        quiet=((_series("goodput_gpu_last_xid", **_GPU), "13x2 _x118"),),
+        quiet=((_series("goodput_gpu_lost", **_GPU), "0x120"),),
     ),
     _increase(
         "goodput_gpu_ecc_uncorrected_errors_total",
@@ -470,20 +487,20 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         name="GoodputNicLinkDown",
-        expr=f"max_over_time({m('goodput_nic_link_downed_per_second')}[10m]) > 0",
-        for_="0m",
+        expr=f"{m('goodput_nic_port_active')} == 0",
+        for_="2m",
         severity="page",
         subsystem="nic",
-        summary="RDMA port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.node }} went down",
+        summary="RDMA port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.node }} is down",
         runbook=(
-            "The port's link_downed counter rose in the last 10 minutes: the jobs using it lost their "
-            "collective. First: `ibstat {{ $labels.device }}` on {{ $labels.node }}, the cable and the "
-            "switch port; symbol errors before the drop point at the cable."
+            "The port's state is not ACTIVE for 2 minutes: the jobs using it lost their collective. First: "
+            "`ibstat {{ $labels.device }}` on {{ $labels.node }}, the cable and the switch port; symbol "
+            "errors before the drop point at the cable."
         ),
         dashboard=NODE_DASH,
-        fire=((_series("goodput_nic_link_downed_per_second", **_NIC), "0x40 0.1 0x79"),),
+        fire=((_series("goodput_nic_port_active", **_NIC), "1x30 0x90"),),
         labels=_NIC,
-        quiet=((_series("goodput_nic_link_downed_per_second", **_NIC), "0x120"),),
+        quiet=((_series("goodput_nic_port_active", **_NIC), "1x120"),),
     ),
     Alert(
         name="GoodputNicLinkFlapping",
