@@ -192,10 +192,10 @@ def cmd_explain(args) -> int:
 def cmd_exporter(args) -> int:
     """The goodput exporter on its own: reads the store every [exporter].refresh_s, serves /metrics."""
     import logging
+    import signal
     import threading
 
     from pipeline.goodput_exporter import ExporterEndpoint, GoodputExporter
-    from pipeline.loader_service import install_signal_handlers
 
     cfg = config_mod.load(args.config)
     endpoint = cfg.exporter.metrics_address
@@ -212,7 +212,8 @@ def cmd_exporter(args) -> int:
             f"goodput exporter: metrics on http://{bound[0]}:{bound[1]}/metrics", file=sys.stderr, flush=True
         )
         logging.getLogger("goodput.exporter").info("refreshing every %.0f s", cfg.exporter.refresh_s)
-        install_signal_handlers(stop)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
         try:
             while not stop.wait(cfg.exporter.refresh_s):
                 exporter.refresh(store)

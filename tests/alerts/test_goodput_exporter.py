@@ -10,11 +10,13 @@ import sys
 import urllib.request
 
 import msgspec
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import catalog
 from contracts import config as config_mod
 from pipeline.goodput_exporter import ExporterEndpoint, GoodputExporter, select_jobs
+from pipeline.store import StoreError
 from tests.alerts.conftest import CHECKPOINTING, HEALTHY, STALLED, STRAGGLER_NODE, T0, WINDOW_S, WINDOWS
 
 
@@ -69,6 +71,24 @@ def test_job_series_are_capped(alert_store):
     assert jobs == {CHECKPOINTING, STALLED}
     assert got[("goodput_exporter_jobs", (("exported", "false"),))] == 6
     assert HEALTHY not in {dict(labels).get("job_id") for n, labels in got}
+
+
+class FailingStore:
+    """A store that is down: every read fails as the real ones report it."""
+
+    def query_arrow(self, sql, params=None):
+        raise StoreError("SELECT ...: Connection refused")
+
+
+def test_a_failed_refresh_keeps_the_previous_values_and_counts(alert_store):
+    exp = GoodputExporter(config_mod.load())
+    assert exp.refresh(alert_store)
+    assert not exp.refresh(FailingStore())
+    registry = CollectorRegistry()
+    registry.register(exp)
+    got = samples(generate_latest(registry).decode())
+    assert got[("goodput_exporter_refresh_errors_total", ())] == 1
+    assert got[("goodput_analysed_until_timestamp_seconds", ())] == T0 + WINDOWS * WINDOW_S
 
 
 def test_select_jobs_fills_with_running_jobs_by_waste():
