@@ -1,6 +1,7 @@
-"""One chDB store for the alert tests (chDB allows one data directory per process), holding analyzer
-output written directly: the exporter reads only the analyzers' tables, and writing them spells out the
-situations each test needs (a job whose data stall dominates, one in its checkpoint, a straggler)."""
+"""A chDB store per test module (chDB allows one open data directory per process: closed at the end of
+the module, so that other modules can open theirs), holding analyzer output written directly: the
+exporter reads only the analyzers' tables, and writing them spells out the situations each test needs
+(a job whose data stall dominates, one in its checkpoint, a straggler)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def fill(store) -> None:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def alert_store(tmp_path_factory):
     store = ChdbStore(tmp_path_factory.mktemp("alerts") / "store")
     ddl.migrate(store)
