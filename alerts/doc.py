@@ -81,6 +81,11 @@ lookback, then the jobs running in the latest window, most waste first, up to `m
 """
 
 
+def _cell(text: str) -> str:
+    """`text` as code in a table cell (a | in a regular expression would end the cell)."""
+    return "`" + text.replace("|", "\\|") + "`"
+
+
 def markdown() -> str:
     cfg = config_mod.load()
     teams = tuple(sorted(cfg.teams.accounts))
@@ -95,16 +100,13 @@ def markdown() -> str:
     out += ["## Routing", "", alertmanager.__doc__.split("\n\n", 1)[1].strip(), "", "| route | receiver |"]
     out += ["|---|---|"]
     for r in am["route"]["routes"]:
-        out.append(f"| {', '.join(f'`{x}`' for x in r['matchers'])} | `{r['receiver']}` |")
+        out.append(f"| {', '.join(_cell(x) for x in r['matchers'])} | `{r['receiver']}` |")
         for sub in r.get("routes", []):
-            out.append(f"| ... and {', '.join(f'`{x}`' for x in sub['matchers'])} | `{sub['receiver']}` |")
+            out.append(f"| ... and {', '.join(_cell(x) for x in sub['matchers'])} | `{sub['receiver']}` |")
     out += ["| anything else | `ticket` |", "", "### Inhibition", "", "| source | silences | when equal |"]
     out += ["|---|---|---|"]
     for i in am["inhibit_rules"]:
-        src, tgt = (
-            ", ".join(f"`{x}`" for x in i["source_matchers"]),
-            ", ".join(f"`{x}`" for x in i["target_matchers"]),
-        )
+        src, tgt = (", ".join(_cell(x) for x in i[k]) for k in ("source_matchers", "target_matchers"))
         out.append(f"| {src} | {tgt} | {', '.join(i['equal']) or '(cluster-wide)'} |")
     out += ["", "## Recording rules", "", "| record | expression | why |", "|---|---|---|"]
     for rec in RECORDING:
