@@ -16,7 +16,7 @@ under maintenance carries `maintenance="true"` on its targets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from contracts import catalog
 
@@ -81,7 +81,6 @@ class Alert:
     quiet: tuple[tuple[str, str], ...] | None
     scope: str = ""
     """"job": a job's alert, routed to its team."""
-    extra: dict[str, str] = field(default_factory=dict)
 
     def rule_labels(self) -> dict[str, str]:
         out = {"severity": self.severity, "subsystem": self.subsystem}
