@@ -103,6 +103,26 @@ def cmd_agent(args) -> int:
     return 0
 
 
+def cmd_dashboards_build(args) -> int:
+    """Writes the Grafana dashboards and their provisioning (docs/dashboards.md)."""
+    try:
+        from dashboards.build import build
+    except ModuleNotFoundError as e:
+        if e.name != "grafanalib":
+            raise
+        print(
+            "goodput dashboards build: needs grafanalib; pip install 'goodput[dashboards]'", file=sys.stderr
+        )
+        return 2
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        print(f"goodput dashboards build: --out {out} is a file; give a directory", file=sys.stderr)
+        return 2
+    for path in build(out):
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="goodput", description="GPU cluster goodput analytics")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -126,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="node name (default: GOODPUT_NODE, [agent].node, the host name)")
     p.add_argument("--state-dir", help="override [agent].state_dir (seq state and spool)")
     p.set_defaults(func=cmd_agent)
+    p = sub.add_parser("dashboards", help="Grafana dashboards as code")
+    dsub = p.add_subparsers(dest="dashboards_command", required=True)
+    p = dsub.add_parser("build", help="write the dashboards' JSON and Grafana provisioning YAML")
+    p.add_argument("--out", required=True, help="directory: dashboards/*.json, provisioning/*/goodput.yaml")
+    p.set_defaults(func=cmd_dashboards_build)
     pipeline_cli.register(sub)
     return parser
 
