@@ -126,8 +126,9 @@ def timeseries(
     description: str = "",
     stacked: bool = False,
     bars: bool = False,
-    min_interval: str | None = None,
+    min_interval: str = "1m",
 ) -> g.TimeSeries:
+    """A time series panel; `min_interval` keeps a bucket at least a few analyzer windows (10 s) wide."""
     return g.TimeSeries(
         title=title,
         description=description,

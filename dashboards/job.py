@@ -52,7 +52,6 @@ def build():
             unit="none",
             thresholds=k.NEUTRAL,
             stacked=True,
-            min_interval="1m",
             description="Mean GPUs of the job in each category: the category timeline.",
             gridPos=k.pos(0, 4, 24),
         ),
@@ -141,14 +140,14 @@ def build():
         k.annotation(
             "Failures",
             f"SELECT toUnixTimestamp64Milli(ts) AS time, concat(kind, ': ', reason) AS text,\n"
-            f"  [event, kind, owner] AS tags\n"
+            f"  CAST([event, kind, owner], 'Array(String)') AS tags\n"
             f"FROM {c.FAULTS} WHERE {k.CLUSTER} AND {JOB} AND $__timeFilter(ts)",
             "red",
         ),
         k.annotation(
             "Restarts",
             f"SELECT toUnixTimestamp64Milli(ts) AS time, concat('attempt ', toString(attempt)) AS text,\n"
-            f"  [event] AS tags\n"
+            f"  CAST([event], 'Array(String)') AS tags\n"
             f"FROM {c.RAW_TABLES['job']} WHERE {k.CLUSTER} AND {JOB} AND event = 'restarted'\n"
             f"  AND $__timeFilter(ts)",
             "orange",

@@ -19,11 +19,16 @@ def build():
         k.freshness(),
         k.table(
             "By team and pool",
-            f"SELECT team, pool, sum(gpu_hours) AS gpu_hours,\n"
-            f"  100 * sumIf(gpu_hours, category = '{k.PRODUCTIVE}') / sum(gpu_hours) AS goodput_pct,\n"
+            f"SELECT team, pool, sum(gpu_hours) AS allocated_gpu_hours,\n"
+            f"  100 * sumIf(gpu_hours, category = '{k.PRODUCTIVE}') / allocated_gpu_hours AS goodput_pct,\n"
             f"  sum(cost) AS spent, sumIf(cost, {k.WASTE}) AS lost\n"
             f"FROM {c.TEAM_DAY} WHERE {SCOPE}\nGROUP BY team, pool ORDER BY lost DESC",
-            units={"gpu_hours": "h", "goodput_pct": "percent", "spent": "currencyUSD", "lost": "currencyUSD"},
+            units={
+                "allocated_gpu_hours": "h",
+                "goodput_pct": "percent",
+                "spent": "currencyUSD",
+                "lost": "currencyUSD",
+            },
             description="Whole days (UTC) the time range touches.",
             gridPos=k.pos(4, 0, 20, 8),
         ),
