@@ -60,15 +60,14 @@ datasources:
       port: 9440
       protocol: native
       secure: true
-      # A read-only user (docs/dashboards.md: CREATE USER ... SETTINGS readonly = 1).
+      # A read-only user (docs/dashboards.md: its profile sets readonly = 2, which still lets the
+      # plugin send max_execution_time with every query, and caps that at the same value).
       username: $GOODPUT_CLICKHOUSE_USER
       defaultDatabase: $GOODPUT_CLICKHOUSE_DATABASE
       queryTimeout: "{MAX_EXECUTION_TIME_S + 5}"
       customSettings:
         - setting: max_execution_time
           value: "{MAX_EXECUTION_TIME_S}"
-        - setting: readonly
-          value: "1"
     secureJsonData:
       password: $GOODPUT_CLICKHOUSE_PASSWORD
   - name: goodput Prometheus

@@ -309,6 +309,15 @@ def _drop_nulls(value, key: str = ""):
     return value
 
 
+def event(name: str) -> str:
+    """A job event name (`raw_job.event`), checked against the message schema's list."""
+    from contracts.schema import JOB_EVENTS
+
+    if name not in JOB_EVENTS:
+        raise KeyError(f"{name!r} is not a job event in contracts/schema.py JOB_EVENTS")
+    return name
+
+
 def metric(kind: str, field: str) -> str:
     """The Prometheus series the agent exports for a sample field (docs/metrics.md)."""
     from contracts.schema import KINDS

@@ -8,7 +8,7 @@ from dashboards import common as k
 JOB = "job_id = ${job:singlequote}"
 NODES = (
     f"node IN (SELECT DISTINCT assumeNotNull(node) FROM {c.RAW_TABLES['job']}\n"
-    f"  WHERE {k.CLUSTER} AND {JOB} AND event = 'allocated' AND node IS NOT NULL)"
+    f"  WHERE {k.CLUSTER} AND {JOB} AND event = '{k.event('allocated')}' AND node IS NOT NULL)"
 )
 """The nodes the job was allocated on (its NIC and storage traffic is theirs)."""
 
@@ -148,7 +148,7 @@ def build():
             "Restarts",
             f"SELECT toUnixTimestamp64Milli(ts) AS time, concat('attempt ', toString(attempt)) AS text,\n"
             f"  CAST([event], 'Array(String)') AS tags\n"
-            f"FROM {c.RAW_TABLES['job']} WHERE {k.CLUSTER} AND {JOB} AND event = 'restarted'\n"
+            f"FROM {c.RAW_TABLES['job']} WHERE {k.CLUSTER} AND {JOB} AND event = '{k.event('restarted')}'\n"
             f"  AND $__timeFilter(ts)",
             "orange",
         ),

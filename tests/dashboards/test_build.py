@@ -122,7 +122,7 @@ def test_provisioning_names_both_datasources_with_limits():
     by_type = {d["type"]: d for d in ds["datasources"]}
     ch = by_type[PLUGIN_TYPE]
     settings = {s["setting"]: s["value"] for s in ch["jsonData"]["customSettings"]}
-    assert settings == {"max_execution_time": str(build.MAX_EXECUTION_TIME_S), "readonly": "1"}
+    assert settings == {"max_execution_time": str(build.MAX_EXECUTION_TIME_S)}
     assert "password" in ch["secureJsonData"] and "prometheus" in by_type
     uids = {d["uid"] for d in ds["datasources"]}
     for model in MODELS.values():
