@@ -112,3 +112,14 @@ def test_every_query_is_covered():
             if panel["datasource"]["type"] == PLUGIN_TYPE:
                 assert (name, panel["title"]) in seen
     assert set(MAY_BE_EMPTY) <= {t for _, _, t, _, _ in ALL}
+
+
+def test_picked_pools_and_teams_filter_what_all_shows(sim_store, values):
+    """The variables reach the SQL: a picked subset narrows a panel that "All" shows whole."""
+    target, holder = next((t, h) for d, w, title, t, h in ALL if title == "Top jobs by waste")
+    rows = {
+        sel: _run(sim_store["store"], target, holder, values[sel], RANGES["1h"])[0].to_pylist()
+        for sel in ("all", "picked")
+    }
+    assert {(r["pool"], r["team"]) for r in rows["picked"]} <= {("core", "research"), ("shared", "research")}
+    assert rows["picked"] and len(rows["picked"]) < len(rows["all"])
