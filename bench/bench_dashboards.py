@@ -65,8 +65,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hours-back", type=int, default=720)
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        run(Path(tmp), args.hours_back)
+
+
+def run(tmp: Path, hours_back: int) -> None:
     out = run_pipeline(
-        Path(tempfile.mkdtemp()),
+        tmp,
         gpus=16,
         hours=1.0,
         seed=5,
@@ -75,7 +80,7 @@ def main() -> None:
         planned_failures=(PlannedFailure(job_index=0, after_running_s=900, kind="xid"),),
     )
     store = out["store"]
-    replicate(store, args.hours_back - 1)
+    replicate(store, hours_back - 1)
     store.execute("OPTIMIZE TABLE raw_gpu FINAL")  # merged parts, as a server's background merges leave them
     fault = store.query_arrow("SELECT job_id, node FROM faults ORDER BY ts DESC LIMIT 1").to_pylist()[0]
     values = {
