@@ -108,7 +108,7 @@ def cmd_dashboards_build(args) -> int:
     try:
         from dashboards.build import build
     except ModuleNotFoundError as e:
-        if e.name != "grafanalib":
+        if (e.name or "").partition(".")[0] != "grafanalib":
             raise
         print(
             "goodput dashboards build: needs grafanalib; pip install 'goodput[dashboards]'", file=sys.stderr

@@ -131,3 +131,18 @@ def test_provisioning_names_both_datasources_with_limits():
     prov = yaml.safe_load(files["provisioning/dashboards/goodput.yaml"])
     assert prov["providers"][0]["folder"] == build.FOLDER
     assert prov["providers"][0]["options"]["path"] == build.DASHBOARDS_PATH
+
+
+def test_cli_without_grafanalib_says_which_extra_in_one_line(tmp_path):
+    """The agent-only install has no grafanalib: the command names the extra instead of a traceback."""
+    code = (
+        "import sys; sys.modules['grafanalib'] = None\n"
+        "from goodput.cli import main\n"
+        f"sys.exit(main(['dashboards', 'build', '--out', {str(tmp_path / 'out')!r}]))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == (
+        "goodput dashboards build: needs grafanalib; pip install 'goodput[dashboards]'"
+    )
+    assert not (tmp_path / "out").exists()
