@@ -66,10 +66,10 @@ class LoadStats:
 
 @dataclass
 class _Poll:
-    """What one load has seen so far: record positions, and batch identities (cluster, node, kind, seq)."""
+    """What one load has seen so far: record positions (a batch's identity is checked after validation,
+    in `Loader._one_per_seq`)."""
 
     positions: set[tuple[str, int, int]] = field(default_factory=set)
-    batches: set[tuple[str, str, str, int]] = field(default_factory=set)
 
 
 class SeqTracker:
@@ -138,6 +138,10 @@ def _token(table: str, identities: Iterable[str]) -> str:
     return f"{table}-{h.hexdigest()}"
 
 
+def _duplicate(env: Envelope) -> str:
+    return f"batch {env.kind} seq {env.seq} from {env.node} is already stored"
+
+
 def _batch_ids(envs: list[Envelope]) -> Iterator[str]:
     return (f"{e.cluster}/{e.node}/{e.seq}" for e in envs)
 
@@ -197,14 +201,14 @@ class Loader:
         now_ms = int(self.clock() * 1000)
         stats = LoadStats()
         dead: list[tuple[Record, str, str, Envelope | None]] = []
-        accepted: list[Envelope] = []
+        decoded: list[Envelope] = []
         in_poll = _Poll()
         for rec in records:
             stats.records += 1
             env = self._decode(rec, in_poll, dead, stats)
             if env is not None:
-                in_poll.batches.add((env.cluster, env.node, env.kind, env.seq))
-                accepted.append(env)
+                decoded.append(env)
+        accepted = self._one_per_seq(decoded, now_ms, dead)
         tables, rejected = to_tables(accepted, now_ms, self.limits)
         bad_ids = {id(e) for e, _ in rejected}
         for e, why in rejected:
@@ -266,17 +270,37 @@ class Loader:
         ):
             stats.redelivered += 1  # stored before, and Kafka delivers its position again
             return None
-        if self.seqs.seen(stream, env.seq) or (*stream, env.seq) in in_poll.batches:
-            dead.append(
-                (
-                    rec,
-                    "duplicate_seq",
-                    f"batch {env.kind} seq {env.seq} from {env.node} is already stored",
-                    env,
-                )
-            )
+        if self.seqs.seen(stream, env.seq):
+            dead.append((rec, "duplicate_seq", _duplicate(env), env))
             return None
         return env
+
+    def _one_per_seq(self, envs: list[Envelope], now_ms: int, dead: list) -> list[Envelope]:
+        """The envelopes to convert: one per batch identity. Only a batch that will be stored may occupy
+        its seq, so where one poll holds several records of the same (cluster, node, kind, seq), each
+        is validated on its own, in order: the first valid one wins, invalid ones are dead-lettered with
+        their own reason, later valid ones as `duplicate_seq`. Rare (an agent resending within one
+        poll), so the common path keeps converting all envelopes of a kind at once."""
+        count = Counter((e.cluster, e.node, e.kind, e.seq) for e in envs)
+        if all(n == 1 for n in count.values()):
+            return envs
+        winner: dict[tuple[str, str, str, int], Envelope] = {}
+        out = []
+        for e in envs:
+            identity = (e.cluster, e.node, e.kind, e.seq)
+            if count[identity] == 1:
+                out.append(e)
+            elif identity in winner:
+                dead.append((e.position, "duplicate_seq", _duplicate(e), e))
+            else:
+                _, rejected = to_tables([e], now_ms, self.limits)
+                if rejected:
+                    why = rejected[0][1]
+                    dead.append((e.position, why.reason, why.detail, e))
+                else:
+                    winner[identity] = e
+                    out.append(e)
+        return out
 
     @staticmethod
     def _ledger(envs: list[Envelope]) -> pa.Table:
