@@ -239,9 +239,12 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
         "## Dead-letter reasons",
         "",
         "not_json, non_finite, bad_envelope, unknown_version, unknown_kind, kind_mismatch, unknown_cluster, "
-        "unknown_node, unknown_field, ragged_columns, empty_batch, oversize_message, oversize_batch, "
+        "unknown_node (the sender, or the `node` of an `allocated`/`released` event, is in no pool of the "
+        "config), unknown_field, ragged_columns, empty_batch, oversize_message, oversize_batch, "
         "missing_field, bad_type, out_of_range (includes timestamps outside [now - max_past_days, now + "
-        "max_future_s] and values outside a field's range or enum), duplicate_seq.",
+        "max_future_s] and values outside a field's range or enum), bad_gpu_indices (an "
+        "`allocated`/`released` naming a GPU twice, a negative index, or one beyond the node's "
+        "`gpus_per_node`; without `[[pools]]`, beyond 63), duplicate_seq.",
         "",
     ]
     return "\n".join(out)

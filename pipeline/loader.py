@@ -343,6 +343,7 @@ def limits_from_config(cfg) -> Limits:
     return Limits(
         cluster=cfg.cluster.name,
         known_nodes=frozenset(nodes) if nodes else None,
+        inventory={n: p.gpus_per_node for p in cfg.pools for n in p.nodes} if cfg.pools else None,
         max_rows=cfg.loader.max_batch_rows,
         max_past_ms=int(cfg.loader.max_past_days * 86_400_000),
         max_future_ms=int(cfg.loader.max_future_s * 1000),

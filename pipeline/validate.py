@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import orjson
@@ -66,6 +66,9 @@ class Limits:
     max_future_ms: int = 300_000
     max_str_len: int = 1024
     """Longest string value (characters): names and ids, never payloads; a longer one is an agent bug."""
+    inventory: Mapping[str, int] | None = None
+    """GPUs per node of every node in a pool (`[[pools]] gpus_per_node`): what an allocation may name.
+    None when the config has no pools; then only the schema's bound on a GPU index applies."""
 
 
 _NON_FINITE = re.compile(rb"[:,\[]\s*-?(NaN|Infinity)\b")
@@ -226,6 +229,43 @@ def _check_array(f: Field, arr: pa.Array, now_ms: int, limits: Limits) -> str | 
     return None
 
 
+_PLACEMENT_EVENTS = ("allocated", "released")
+_SCHEMA_GPUS = 1 + int(KINDS["gpu"].field("gpu").max or 0)
+"""The most GPUs a node can have by the schema (a GPU sample's index range): the inventory without pools."""
+
+
+def _check_placements(arrays: dict[str, pa.Array], limits: Limits) -> str | None:
+    """An allocation is charged per GPU it names, so its GPUs must be the node's own: no index twice,
+    none negative, none beyond the node's inventory, and the node in a pool (else its GPUs would be
+    counted with no pool and no price). Returns "reason: detail" for the first row that is not."""
+    placed = pc.is_in(arrays["event"], pa.array(_PLACEMENT_EVENTS))
+    if not pc.any(placed).as_py():
+        return None
+    rows = zip(
+        pc.filter(arrays["job_id"], placed).to_pylist(),
+        pc.filter(arrays["event"], placed).to_pylist(),
+        pc.filter(arrays["node"], placed).to_pylist(),
+        pc.filter(arrays["gpu_indices"], placed).to_pylist(),
+        strict=True,
+    )
+    for job, event, node, gpus in rows:
+        what = f"{event} of job {job!r} on node {node!r}"
+        if limits.inventory is not None and node not in limits.inventory:
+            return (
+                f"unknown_node: {what}: the node is in no pool, so its GPUs would have no pool and no "
+                f"price; add it to a [[pools]] nodes list, then replay the dead letter"
+            )
+        if len(set(gpus)) < len(gpus):
+            return f"bad_gpu_indices: {what} names a GPU more than once: {gpus}"
+        if gpus and min(gpus) < 0:
+            return f"bad_gpu_indices: {what} names a negative GPU index: {gpus}"
+        count = limits.inventory[node] if limits.inventory is not None else _SCHEMA_GPUS
+        if gpus and max(gpus) >= count:
+            where = "the node has" if limits.inventory is not None else "a node has at most"
+            return f"bad_gpu_indices: {what} names GPU {max(gpus)}; {where} {count} GPUs (0-{count - 1})"
+    return None
+
+
 def _per_row(values: list, typ: pa.DataType, rows: np.ndarray) -> pa.Array:
     """One value per envelope repeated over that envelope's rows, without a Python object per row."""
     return pa.array(values, typ).take(np.repeat(np.arange(len(values)), rows))
@@ -256,6 +296,8 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
         if problem:
             raise ValueError(f"out_of_range: {problem}")
         arrays[column_name(f)] = arr.cast(typ) if f.name == "ts_ms" else arr
+    if kind.name == "job" and (problem := _check_placements(arrays, limits)):
+        raise ValueError(problem)
     arrays["seq"] = _per_row([e.seq for e in envs], pa.uint64(), rows)
     arrays["batch_row"] = pa.array(np.concatenate([np.arange(n, dtype=np.uint32) for n in rows]))
     return pa.table(arrays)
