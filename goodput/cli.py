@@ -141,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StoreError) as e:
         print(f"goodput {args.command}: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a path from the command line or the config: say which, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(
+            f"goodput {args.command}: {where}{e.strerror or e}: check the path and this user's permissions",
+            file=sys.stderr,
+        )
+        return 2
     except ModuleNotFoundError as e:
         if (e.name or "").partition(".")[0] not in ANALYTICS_PACKAGES:
             raise

@@ -22,12 +22,17 @@ from transport.base import Record
 # small on every GPU node.
 
 
-def _store(args, cfg):
+def _store(args, cfg, *, create: bool = False):
+    """The store of the config (or --store), migrated; `create` only for the commands that load."""
     from pipeline import ddl
     from pipeline.stores import open_store
 
-    store = open_store(cfg.store.kind, args.store or cfg.store.path, cfg.store.server)
-    ddl.migrate(store)
+    store = open_store(cfg.store.kind, args.store or cfg.store.path, cfg.store.server, create=create)
+    try:
+        ddl.migrate(store)
+    except BaseException:
+        store.close()
+        raise
     return store
 
 
@@ -48,10 +53,16 @@ def cmd_ingest(args) -> int:
     if args.source is None:
         return _serve_kafka(args, cfg)
     path = Path(args.source)
-    if not path.exists():
-        print(f"goodput ingest: {path} does not exist", file=sys.stderr)
+    if not path.is_file():
+        print(
+            f"goodput ingest: --from {path} {'is not a file' if path.exists() else 'does not exist'}: give "
+            f"a file of messages, one JSON envelope per line (docs/messages.md; `goodput simulate --out "
+            f"FILE` writes one)",
+            file=sys.stderr,
+        )
         return 2
-    with _store(args, cfg) as store:
+    open(path, "rb").close()  # unreadable: the command's OSError line, before a store is made for it
+    with _store(args, cfg, create=True) as store:
         loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
         progress = Progress("ingest", path.stat().st_size, unit="B", unit_scale=True)
         batch, read = [], 0
@@ -99,7 +110,7 @@ def _serve_kafka(args, cfg) -> int:
     every = cfg.loader.analyze_every_s if args.analyze_every is None else args.analyze_every
     if every < 0:
         raise config_mod.ConfigError(f"--analyze-every {every}: must be >= 0 seconds (0: never)")
-    with _store(args, cfg) as store:
+    with _store(args, cfg, create=True) as store:
 
         def analyze() -> None:
             window_ms = cfg.analyzer.window_s * 1000
