@@ -11,6 +11,7 @@ converting message by message, to dead-letter the culprit and keep the rest.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -20,7 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contracts.schema import KINDS, SCHEMA_VERSION, Field, Kind
+from contracts.schema import ENVELOPE_FIELDS, KINDS, SCHEMA_VERSION, Field, Kind
 from pipeline.ddl import arrow_type, column_name
 
 MAX_MESSAGE_BYTES = 16 * 2**20
@@ -71,6 +72,43 @@ class Limits:
     None when the config has no pools; then only the schema's bound on a GPU index applies."""
 
 
+_ENVELOPE_KEYS = frozenset(name for name, _type, _help in ENVELOPE_FIELDS)
+_AFTER_QUOTE_SPACE = (b'" ', b'"\t', b'"\n', b'"\r')
+
+
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> None:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Repeated(key)
+        seen.add(key)
+
+
+def _repeated_key(value: bytes, doc: dict) -> str | None:
+    """A key written twice in one object, which orjson (like most parsers) resolves silently to the last
+    value: a batch could then mean two things. Fast path, no second parse: in JSON without whitespace
+    after a closing quote (what agents write), each key is followed by exactly one `":`, and so is
+    nothing else but an escaped quote inside a string; if the count equals the keys parsed (envelope
+    and columns, the only objects of a valid message), none was repeated and no other object exists.
+    Otherwise the stdlib parser looks at every object's keys."""
+    columns = doc.get("columns")
+    parsed = len(doc) + (len(columns) if isinstance(columns, dict) else 0)
+    if value.count(b'":') == parsed and not any(q in value for q in _AFTER_QUOTE_SPACE):
+        return None
+    try:
+        json.loads(value, object_pairs_hook=_refuse_repeats)
+    except _Repeated as e:
+        return e.key
+    except (ValueError, RecursionError):  # orjson read it; a stricter reader's objection is no repeat
+        return None
+    return None
+
+
 _NON_FINITE = re.compile(rb"[:,\[]\s*-?(NaN|Infinity)\b")
 
 
@@ -90,6 +128,19 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         return Rejected("not_json", f"not a JSON envelope: {e}")
     if not isinstance(doc, dict):
         return Rejected("bad_envelope", f"top level is {type(doc).__name__}, expected an object")
+    if (repeated := _repeated_key(value, doc)) is not None:
+        return Rejected(
+            "repeated_key", f"key {repeated!r} appears twice in one object: which value is meant is unclear"
+        )
+    extra = sorted(set(doc) - _ENVELOPE_KEYS)
+    if extra:
+        return Rejected(
+            "unknown_field", f"the envelope has no key(s) {', '.join(extra)} in schema v{SCHEMA_VERSION}"
+        )
+    if not isinstance(doc.get("agent", ""), str):
+        return Rejected(
+            "bad_envelope", f"envelope field 'agent' is {type(doc['agent']).__name__}, expected str"
+        )
     for name, typ in _ENVELOPE_TYPES.items():
         if name not in doc:
             return Rejected("bad_envelope", f"envelope field {name!r} is missing")
@@ -121,8 +172,8 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         return Rejected(
             "unknown_node", f"node {doc['node']!r} is in no pool and not a control node of the config"
         )
-    if doc["seq"] < 0:
-        return Rejected("bad_envelope", f"seq {doc['seq']} is negative")
+    if not 0 <= doc["seq"] < 2**63:
+        return Rejected("bad_envelope", f"seq {doc['seq']} is not in [0, 2^63)")
     if not 0 <= doc["sent_ms"] < 2**63:
         return Rejected("bad_envelope", f"sent_ms {doc['sent_ms']} is not an epoch millisecond time")
     columns = doc["columns"]
@@ -155,7 +206,7 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         doc["node"],
         doc["seq"],
         doc["sent_ms"],
-        str(doc.get("agent", "")),
+        doc.get("agent", ""),
         columns,
         rows,
     )
