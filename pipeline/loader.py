@@ -64,14 +64,6 @@ class LoadStats:
             self.clock_offsets_ms[node] = max(off, self.clock_offsets_ms.get(node, off))
 
 
-@dataclass
-class _Poll:
-    """What one load has seen so far: record positions (a batch's identity is checked after validation,
-    in `Loader._one_per_seq`)."""
-
-    positions: set[tuple[str, int, int]] = field(default_factory=set)
-
-
 class SeqTracker:
     """Which batch sequence numbers of each (cluster, node, kind) stream are already stored.
 
@@ -202,10 +194,10 @@ class Loader:
         stats = LoadStats()
         dead: list[tuple[Record, str, str, Envelope | None]] = []
         decoded: list[Envelope] = []
-        in_poll = _Poll()
+        positions: set[tuple[str, int, int]] = set()  # of this load's records
         for rec in records:
             stats.records += 1
-            env = self._decode(rec, in_poll, dead, stats)
+            env = self._decode(rec, positions, dead, stats)
             if env is not None:
                 decoded.append(env)
         accepted = self._one_per_seq(decoded, now_ms, dead)
@@ -252,13 +244,15 @@ class Loader:
         self.totals.add(stats)
         return stats
 
-    def _decode(self, rec: Record, in_poll: "_Poll", dead: list, stats: LoadStats) -> Envelope | None:
+    def _decode(
+        self, rec: Record, positions: set[tuple[str, int, int]], dead: list, stats: LoadStats
+    ) -> Envelope | None:
         """The record's envelope if it is new; else counts it as redelivered or dead-letters it."""
         position = (rec.topic, rec.partition, rec.offset)
-        if position in in_poll.positions:  # the same record fetched twice around a rebalance
+        if position in positions:  # the same record fetched twice around a rebalance
             stats.redelivered += 1
             return None
-        in_poll.positions.add(position)
+        positions.add(position)
         env = decode(rec.value, self.limits, _expected_kind(rec.topic, self.topic_prefix))
         if isinstance(env, Rejected):
             dead.append((rec, env.reason, env.detail, None))
