@@ -17,7 +17,7 @@ from typing import BinaryIO, Iterator
 
 from contracts import catalog
 from contracts.config import ConfigError
-from pipeline.store import Store
+from pipeline.store import Params, Store
 
 RAW_PREFIX_BYTES = 120
 """How much of the raw message a listing shows (--json: the same, decoded with backslash escapes)."""
@@ -31,21 +31,24 @@ class Filter:
     reason: str | None = None
     since_ms: int | None = None
 
-    def where(self) -> str:
-        """The SQL condition. Both values are checked before they get here (`parse_filter`): a reason
-        is [a-z_] only and a time an integer, so neither can change the statement."""
+    def where(self) -> tuple[str, Params]:
+        """The SQL condition and its query parameters: the values given on the command line reach the
+        store as data, never as SQL text (docs/security.md)."""
         parts = ["1"]
+        params: dict[str, str | int] = {}
         if self.reason is not None:
-            parts.append(f"reason = '{self.reason}'")
+            parts.append("reason = {reason:String}")
+            params["reason"] = self.reason
         if self.since_ms is not None:
-            parts.append(f"received_at >= fromUnixTimestamp64Milli(toInt64({self.since_ms}))")
-        return " AND ".join(parts)
+            parts.append("received_at >= fromUnixTimestamp64Milli({since_ms:Int64})")
+            params["since_ms"] = self.since_ms
+        return " AND ".join(parts), params
 
 
 def parse_filter(reason: str | None, since: str | None, now_s: float | None = None) -> Filter:
     """--reason and --since as given on the command line; ConfigError (one line, exit 2) if not valid.
     `since`: an age (`90s`, `30m`, `6h`, `7d`) or an ISO 8601 date or time (UTC unless it says)."""
-    if reason is not None and not _REASON.fullmatch(reason):
+    if reason is not None and not _REASON.fullmatch(reason):  # a typo, said at once
         raise ConfigError(
             f"--reason {reason!r}: a reason is a word like bad_type (docs/messages.md lists them)"
         )
@@ -70,11 +73,13 @@ def _since_ms(since: str, now_s: float) -> int:
 
 def _rows(store: Store, where: Filter, limit: int | None) -> Iterator[dict]:
     """Each dead letter once per position, oldest first; raw as bytes (read as hex: exact for any byte)."""
+    condition, params = where.where()
     t = store.query_arrow(
         f"SELECT toUnixTimestamp64Milli(received_at) AS received_ms, source, partition, offset, cluster, "
         f"node, kind, reason, detail, hex(raw) AS raw_hex FROM {catalog.DEAD_LETTERS} "
-        f"WHERE {where.where()} ORDER BY received_at, source, partition, offset "
-        f"LIMIT 1 BY source, partition, offset{f' LIMIT {int(limit)}' if limit else ''}"
+        f"WHERE {condition} ORDER BY received_at, source, partition, offset "
+        f"LIMIT 1 BY source, partition, offset{f' LIMIT {int(limit)}' if limit else ''}",
+        params,
     )
     for row in t.to_pylist():
         row["raw"] = bytes.fromhex(row.pop("raw_hex"))
@@ -83,9 +88,11 @@ def _rows(store: Store, where: Filter, limit: int | None) -> Iterator[dict]:
 
 def counts(store: Store, where: Filter) -> dict[str, int]:
     """Dead letters per reason (each position once), most first."""
+    condition, params = where.where()
     t = store.query_arrow(
         f"SELECT reason, uniqExact(source, partition, offset) AS n FROM {catalog.DEAD_LETTERS} "
-        f"WHERE {where.where()} GROUP BY reason ORDER BY n DESC, reason"
+        f"WHERE {condition} GROUP BY reason ORDER BY n DESC, reason",
+        params,
     )
     return dict(zip(t.column("reason").to_pylist(), t.column("n").to_pylist(), strict=True))
 
