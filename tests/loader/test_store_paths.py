@@ -54,7 +54,7 @@ def assert_one_line_exit_2(p: subprocess.CompletedProcess, *words: str) -> None:
 
 
 LOADING = ("ingest", "--from", "msgs.jsonl", "--no-analyze")
-READING = (("summary",), ("analyze",), ("dead-letters",))
+READING = (("summary",), ("explain", "job-1"), ("analyze",), ("dead-letters",))
 
 
 @pytest.mark.parametrize("command", [LOADING, *READING], ids=lambda c: c[0])
