@@ -30,6 +30,7 @@ from typing import Callable, Protocol
 
 from tenacity import Retrying, retry_if_result, wait_exponential
 
+from agents.outage import OutageLog
 from agents.spool import Spool, SpoolEntry
 from transport.base import TransportError
 from transport.kafka import KafkaSendError
@@ -73,6 +74,7 @@ class SpoolSender:
         flush_step_s: float = 1.0,
         backoff_s: float = 0.5,
         backoff_max_s: float = 30.0,
+        stall_s: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.spool = spool
@@ -82,7 +84,9 @@ class SpoolSender:
         self.flush_step_s = flush_step_s
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
+        self.stall_s = stall_s
         self.clock = clock
+        self.outage = OutageLog()
         self._producer: KafkaProducerLike | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -155,11 +159,7 @@ class SpoolSender:
         try:
             self._producer = self.make_producer()
         except TransportError as e:
-            log.warning(
-                "Kafka producer not ready, batches stay in the spool (%d waiting): %s",
-                self.spool.stats.batches,
-                e,
-            )
+            self.outage.failed(f"the producer could not start: {e}", self.spool.stats.batches)
             return False
         log.info("Kafka producer connected")
         return True
@@ -186,24 +186,24 @@ class SpoolSender:
             replayed = sum(1 for e in sent[:n] if (e.segment, e.index) <= self._replay_mark)
             self.spool.ack(sent[n - 1])
             self.metrics.delivered(sent[:n], replayed, self.clock())
+            self.outage.delivered(self.spool.stats.batches)
         not_delivered = sent[n:] + ([entries[len(sent)]] if refused else [])
         if not_delivered:
             last = not_delivered[-1]
             self._replay_mark = max(self._replay_mark, (last.segment, last.index))
             self.metrics.failed(not_delivered)
             why = refused if refused and n == len(sent) else "delivery failed"
-            log.warning(
-                "Kafka did not take %d of %d batches (%s); they stay in the spool and are retried",
-                len(entries) - n,
-                len(entries),
-                why,
+            self.outage.failed(
+                f"{len(entries) - n} of {len(entries)} batches not taken: {why}", self.spool.stats.batches
             )
         return n
 
     def _wait(self, producer: KafkaProducerLike) -> set[int] | None:
         """Flushes until nothing sent is pending. Returns the ids of the values that failed, or None
-        when the stop deadline passed first."""
+        when the stop deadline passed first. Records pending for `stall_s` without any being
+        acknowledged count as an outage for the log (the producer keeps retrying them)."""
         failed: set[int] = set()
+        progress_at, pending = time.monotonic(), producer.pending_bytes
         while True:
             try:
                 producer.flush(self.flush_step_s)
@@ -212,7 +212,13 @@ class SpoolSender:
                 failed |= {id(value) for _topic, _key, value in err.undelivered}
                 if producer.pending_bytes == 0:
                     return failed
-            except TransportError:
-                pass  # still pending after flush_step_s: the producer is retrying; keep waiting
+            except TransportError as err:  # still pending: the producer is retrying; keep waiting
+                if producer.pending_bytes < pending:
+                    progress_at, pending = time.monotonic(), producer.pending_bytes
+                elif time.monotonic() - progress_at >= self.stall_s:
+                    self.outage.failed(
+                        f"no acknowledgement for {time.monotonic() - progress_at:.0f} s: {err}",
+                        self.spool.stats.batches,
+                    )
             if self._out_of_time():
                 return None

@@ -74,10 +74,17 @@ def test_broker_down_30s_loses_nothing_and_duplicates_nothing(node, kafka_broker
     during = node.next_seqs()
     assert all(during[k] >= down_at[k] + 60 for k in NODE_KINDS), "collection must not wait for Kafka"
     assert node.metric("goodput_agent_spool_batches") > 100
+    started = [r for r in node.log_records() if r.get("outage") == "started"]
+    assert len(started) == 1 and started[0]["level"] == "warning", "the outage is in the log, once"
     kafka_broker.start()
     node.wait_for(lambda: _caught_up(node), 90, "the spool to drain after the broker returned")
     assert node.stop() == 0
     assert node.spooled() == 0, "SIGTERM with the broker up sends everything before exiting"
+    outage = [r for r in node.log_records() if r.get("outage")]
+    assert [(r["outage"], r["level"]) for r in outage] == [("started", "warning"), ("ended", "info")], (
+        "one warning when sending stops, one info line when it recovers, nothing in between"
+    )
+    assert 25 <= outage[1]["outage_s"] <= 60, "the recovery line says how long the outage lasted"
     stream = node.read_stream()
     for kind in NODE_KINDS:
         assert seqs(stream[kind]) == list(range(node.next_seqs()[kind])), (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 
@@ -333,3 +334,26 @@ def test_a_full_spool_drops_the_oldest_and_counts_it_while_kafka_is_unreachable(
         assert b'"seq":399' in newest, "the newest batches are the ones kept"
     finally:
         agent.spool.close()
+
+
+def test_outage_log_warns_once_reminds_rarely_and_says_when_it_ended(caplog):
+    from agents.outage import OutageLog
+
+    now = [0.0]
+    outage = OutageLog(remind_s=300.0, clock=lambda: now[0])
+    outage.delivered(0)  # no outage going on: nothing to say
+    with caplog.at_level(logging.INFO, logger="agents.sender"):
+        for t in range(0, 700, 5):  # a failed round every 5 s for 700 s
+            now[0] = float(t)
+            outage.failed("connection refused", waiting=t)
+        now[0] = 701.0
+        outage.delivered(waiting=140)
+    lines = [(r.levelname, r.__dict__["outage"]) for r in caplog.records]
+    assert lines == [
+        ("WARNING", "started"),
+        ("WARNING", "ongoing"),
+        ("WARNING", "ongoing"),
+        ("INFO", "ended"),
+    ], "one warning, a reminder every 300 s, one line at the end"
+    assert "connection refused" in caplog.records[0].getMessage()
+    assert "701 s" in caplog.records[-1].getMessage() and not outage.failing
