@@ -12,11 +12,17 @@ machine losing power) shows up either as a record running past the end of the fi
 mismatch. On open the spool truncates the segment there, counts it in `stats.torn` and carries on:
 everything before the torn record is kept, nothing after it existed.
 
-Delivery is at-least-once: `replay()` yields what is not yet acknowledged, oldest first; the caller
-sends it and calls `ack(entry)`, which acknowledges that entry and everything before it. Fully
-acknowledged segments are deleted; the position inside a partly acknowledged one is kept in `ack`
-(written atomically), so a restart replays only from there. A crash between send and ack replays a
-batch twice, which the loader's duplicate detection (envelope `seq`) makes harmless.
+Delivery: `replay()` yields what is not yet acknowledged, oldest first; the caller sends it and calls
+`ack(entry)`, which acknowledges that entry and everything before it, or `ack_topic(entry)`, which
+acknowledges that entry and everything before it *in the same topic*. The second exists because the
+topics are independent streams: one stuck topic (or a large window still in flight) must not hold
+back the record of what the others delivered, or a crash would send those again. Fully acknowledged
+segments are deleted; the position inside a partly acknowledged one, and each topic's position past
+it, are kept in `ack`, rewritten in place at every acknowledgement (one pwrite, no rename, no fsync:
+it must be cheap enough to run on every delivery), so a restart replays exactly what was not
+acknowledged. What a crash can still send twice is a batch that Kafka appended but whose
+acknowledgement the agent never received; the loader's duplicate detection (envelope `seq`) stores it
+once.
 
 Bounded: when an append would take the directory past `max_bytes`, the oldest segments are deleted
 (newest data is the most useful to a goodput dashboard catching up after an outage) and their unsent
@@ -47,6 +53,8 @@ HEADER = MAGIC + bytes([FORMAT_VERSION, 0, 0])
 _PREFIX = struct.Struct("<II")  # length, crc32
 _SUFFIX = ".seg"
 _ACK_FILE = "ack"
+_ACK_SIZE = 4096
+"""The ack file is a multiple of this long (JSON padded with spaces): rewritten in place, never shorter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +85,13 @@ class SpoolStats:
 class _Segment:
     """What the spool knows about one file: record end offsets and how many are acknowledged."""
 
-    __slots__ = ("id", "path", "ends", "acked", "size")
+    __slots__ = ("id", "path", "ends", "topics", "acked", "size")
 
     def __init__(self, seg_id: int, path: pathlib.Path):
         self.id = seg_id
         self.path = path
         self.ends: list[int] = []
+        self.topics: list[str] = []  # the topic of each record, for per-topic acknowledgement
         self.acked = 0
         self.size = len(HEADER)
 
@@ -121,23 +130,27 @@ def decode_body(body: bytes) -> tuple[str, bytes | None, bytes]:
     return topic, body[pos : pos + klen], body[pos + klen :]
 
 
-def _scan(data: bytes) -> tuple[list[int], bool]:
-    """Record end offsets of a segment's bytes, and whether it ends in a torn or corrupt record."""
+def _scan(data: bytes) -> tuple[list[int], list[str], bool]:
+    """Record end offsets and topics of a segment's bytes, and whether it ends in a torn or corrupt
+    record."""
     ends: list[int] = []
+    topics: list[str] = []
     pos = len(HEADER)
     n = len(data)
     while pos < n:
         if n - pos < _PREFIX.size:
-            return ends, True
+            return ends, topics, True
         length, crc = _PREFIX.unpack_from(data, pos)
         end = pos + _PREFIX.size + length
         if end > n or length < 6:
-            return ends, True
-        if zlib.crc32(data[pos + _PREFIX.size : end], zlib.crc32(data[pos : pos + 4])) != crc:
-            return ends, True
+            return ends, topics, True
+        body = data[pos + _PREFIX.size : end]
+        if zlib.crc32(body, zlib.crc32(data[pos : pos + 4])) != crc:
+            return ends, topics, True
         ends.append(end)
+        topics.append(decode_body(body)[0])
         pos = end
-    return ends, False
+    return ends, topics, False
 
 
 class Spool:
@@ -166,6 +179,11 @@ class Spool:
         self._dropped = 0
         self._torn = 0
         self._next_id = 1
+        # topic -> (segment id, index): that batch and every earlier one of its topic are delivered.
+        # Only positions past the global acknowledgement are kept.
+        self._ahead: dict[str, tuple[int, int]] = {}
+        self._ack_fd: int | None = None
+        self._ack_size = _ACK_SIZE
         self.dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -197,7 +215,7 @@ class Spool:
                 path.rename(aside)
                 continue
             seg = _Segment(int(path.stem), path)
-            seg.ends, torn = _scan(data)
+            seg.ends, seg.topics, torn = _scan(data)
             seg.size = seg.ends[-1] if seg.ends else len(HEADER)
             if torn:
                 log.warning(
@@ -219,6 +237,7 @@ class Spool:
         try:
             ack = json.loads(path.read_text())
             seg_id, end = int(ack["segment"]), int(ack["end"])
+            ahead = {str(t): (int(s), int(e)) for t, (s, e) in ack.get("topics", {}).items()}
         except FileNotFoundError:
             return
         except (ValueError, KeyError, TypeError):
@@ -232,6 +251,13 @@ class Spool:
                 seg.acked = len(seg.ends)
             elif seg.id == seg_id:
                 seg.acked = sum(1 for e in seg.ends if e <= end)
+        by_id = {seg.id: seg for seg in self._segments}
+        for topic, (s, e) in ahead.items():
+            held = by_id.get(s)
+            index = sum(1 for x in held.ends if x <= e) - 1 if held else -1
+            if index >= 0:
+                self._ahead[topic] = (s, index)
+        self._advance()
 
     # ---------------------------------------------------------------- writing
 
@@ -250,7 +276,7 @@ class Spool:
                 if self._segments[0] is seg:
                     seg = self._rotate()
                 self._drop_oldest()
-            self._write(seg, rec)
+            self._write(seg, rec, topic)
 
     def _active(self) -> _Segment:
         if self._segments and self._fd is not None:
@@ -274,11 +300,12 @@ class Spool:
         self._segments.append(seg)
         return seg
 
-    def _write(self, seg: _Segment, rec: bytes) -> None:
+    def _write(self, seg: _Segment, rec: bytes, topic: str) -> None:
         assert self._fd is not None  # _active/_rotate opened the active segment
         _write_all(self._fd, rec)
         seg.size += len(rec)
         seg.ends.append(seg.size)
+        seg.topics.append(topic)
         self._unsynced += 1
         if self.fsync == "always" or (isinstance(self.fsync, int) and self._unsynced >= self.fsync):
             os.fsync(self._fd)
@@ -286,12 +313,13 @@ class Spool:
 
     def _drop_oldest(self) -> None:
         seg = self._segments.pop(0)
-        if seg.live:
-            self._dropped += seg.live
+        unsent = seg.live - sum(1 for i in range(seg.acked, len(seg.ends)) if self._covered(seg, i))
+        if unsent:
+            self._dropped += unsent
             log.warning(
                 "spool full (max_bytes=%d): dropped %d unsent batches of segment %s",
                 self.max_bytes,
-                seg.live,
+                unsent,
                 seg.path.name,
             )
         seg.path.unlink(missing_ok=True)
@@ -309,16 +337,22 @@ class Spool:
         """Unacknowledged batches, oldest first, as stored when the call began. A segment dropped for
         space while the iteration runs is skipped; a record found corrupt on disk ends its segment."""
         with self._lock:
-            plan = [(seg, seg.acked, len(seg.ends)) for seg in self._segments if seg.live]
-        for seg, first, stop in plan:
+            plan = [
+                (seg, [i for i in range(seg.acked, len(seg.ends)) if not self._covered(seg, i)])
+                for seg in self._segments
+                if seg.live
+            ]
+        for seg, indices in plan:
+            if not indices:
+                continue
             try:
                 f = seg.path.open("rb")
             except FileNotFoundError:
                 continue
             with f:
-                f.seek(seg.start_of(first))
-                for index in range(first, stop):
+                for index in indices:
                     start, end = seg.start_of(index), seg.ends[index]
+                    f.seek(start)
                     data = f.read(end - start)
                     length, crc = _PREFIX.unpack_from(data, 0) if len(data) >= 8 else (0, 0)
                     if len(data) != end - start or zlib.crc32(data[8:], zlib.crc32(data[:4])) != crc:
@@ -347,8 +381,45 @@ class Spool:
                     seg.acked = len(seg.ends)
                 elif seg.id == entry.segment:
                     seg.acked = max(seg.acked, min(entry.index + 1, len(seg.ends)))
+            self._advance()
             self._delete_finished()
-            self._write_ack(entry.segment, entry.end)
+            self._write_ack()
+
+    def ack_topic(self, entry: SpoolEntry) -> None:
+        """Acknowledges `entry` and every batch before it in the same topic (the caller knows they were
+        all delivered), leaving other topics' batches waiting. Where that closes the gap before the
+        oldest waiting batch, the whole prefix is acknowledged as by `ack`."""
+        with self._lock:
+            pos = (entry.segment, entry.index)
+            if pos <= self._ahead.get(entry.topic, (-1, -1)) or pos < self._prefix_end():
+                return
+            self._ahead[entry.topic] = pos
+            self._advance()
+            self._delete_finished()
+            self._write_ack()
+
+    def _covered(self, seg: _Segment, index: int) -> bool:
+        """Whether the record was acknowledged with its topic (`ack_topic`), past the prefix."""
+        pos = self._ahead.get(seg.topics[index])
+        return pos is not None and (seg.id, index) <= pos
+
+    def _prefix_end(self) -> tuple[int, int]:
+        """(segment, index) of the oldest batch not acknowledged by position."""
+        for seg in self._segments:
+            if seg.live:
+                return seg.id, seg.acked
+        return self._next_id, 0
+
+    def _advance(self) -> None:
+        """Moves the prefix over batches acknowledged with their topic, and forgets topic positions
+        the prefix has reached."""
+        for seg in self._segments:
+            while seg.acked < len(seg.ends) and self._covered(seg, seg.acked):
+                seg.acked += 1
+            if seg.live:
+                break
+        first = self._prefix_end()
+        self._ahead = {t: pos for t, pos in self._ahead.items() if pos >= first}
 
     def _delete_finished(self) -> None:
         """Deletes leading segments that are fully acknowledged, except the one being written."""
@@ -359,14 +430,34 @@ class Spool:
             self._segments.pop(0)
             seg.path.unlink(missing_ok=True)
 
-    def _write_ack(self, seg_id: int, end: int) -> None:
-        """Atomic but never fsynced, whatever the policy: an ack lost to a power failure only replays
-        batches that were already delivered, which the loader drops by seq; an fsync per delivery
-        round would cost more than everything else the agent does."""
-        tmp = self.dir / (_ACK_FILE + ".tmp")
-        with tmp.open("w") as f:
-            json.dump({"version": FORMAT_VERSION, "segment": seg_id, "end": end}, f)
-        os.replace(tmp, self.dir / _ACK_FILE)
+    def _write_ack(self) -> None:
+        """Rewrites the ack file in place: one pwrite of a fixed-size block (JSON padded with spaces,
+        so no tail of a longer old version survives), never fsynced, whatever the policy. It runs on
+        every delivery, so it must cost microseconds: a rename cost ~0.8 ms here, an fsync more than
+        everything else the agent does. A process kill cannot tear a single pwrite (the page cache
+        survives it); a power loss can, and an unreadable ack replays from the oldest segment, which
+        the loader's dedup by seq absorbs."""
+        last = None
+        for seg in self._segments:
+            if seg.acked:
+                last = (seg.id, seg.ends[seg.acked - 1])
+            if seg.live:
+                break
+        if last is None:  # nothing acknowledged is on disk: name the id just below the oldest segment
+            last = ((self._segments[0].id if self._segments else self._next_id) - 1, len(HEADER))
+        by_id = {seg.id: seg for seg in self._segments}
+        body = json.dumps(
+            {
+                "version": FORMAT_VERSION,
+                "segment": last[0],
+                "end": last[1],
+                "topics": {t: [s, by_id[s].ends[i]] for t, (s, i) in self._ahead.items() if s in by_id},
+            }
+        ).encode()
+        self._ack_size = max(self._ack_size, -(-len(body) // _ACK_SIZE) * _ACK_SIZE)
+        if self._ack_fd is None:
+            self._ack_fd = os.open(self.dir / _ACK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        os.pwrite(self._ack_fd, body.ljust(self._ack_size), 0)
 
     # ---------------------------------------------------------------- state
 
@@ -378,11 +469,24 @@ class Spool:
         with self._lock:
             return SpoolStats(
                 bytes=self._bytes(),
-                batches=sum(s.live for s in self._segments),
+                batches=sum(s.live for s in self._segments) - self._ahead_count(),
                 dropped=self._dropped,
                 torn=self._torn,
                 segments=len(self._segments),
             )
+
+    def _ahead_count(self) -> int:
+        """Batches past the prefix acknowledged with their topic (at most one send window of them)."""
+        if not self._ahead:
+            return 0
+        last = max(self._ahead.values())
+        n = 0
+        for seg in self._segments:
+            for i in range(seg.acked, len(seg.ends)):
+                if (seg.id, i) > last:
+                    return n
+                n += self._covered(seg, i)
+        return n
 
     def __len__(self) -> int:
         return self.stats.batches
@@ -405,6 +509,9 @@ class Spool:
     def close(self) -> None:
         with self._lock:
             self._close_fd()
+            if self._ack_fd is not None:
+                os.close(self._ack_fd)
+                self._ack_fd = None
 
     def __enter__(self) -> "Spool":
         return self

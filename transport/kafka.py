@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import msgspec
 
@@ -194,7 +194,12 @@ class KafkaProducerTransport:
         """Bytes of values sent but neither acknowledged nor failed yet."""
         return self._pending_bytes
 
-    def send(self, topic: str, key: bytes, value: bytes) -> None:
+    def send(
+        self, topic: str, key: bytes, value: bytes, on_delivered: Callable[[], None] | None = None
+    ) -> None:
+        """Queues one record. `on_delivered` is called once the broker acknowledged it (from the
+        producer's network thread, before the record stops counting as pending, so a caller that sees
+        nothing pending has seen every delivery); it must not raise."""
         from kafka.errors import KafkaError
 
         size = len(value) + len(key or b"")
@@ -220,7 +225,15 @@ class KafkaProducerTransport:
                 f"(ensure_topics)? {self.settings.what_to_check()}",
                 [record],
             ) from e
-        future.add_callback(lambda _meta: self._settle(size))
+
+        def delivered(_meta: Any) -> None:
+            try:
+                if on_delivered is not None:
+                    on_delivered()
+            finally:
+                self._settle(size)
+
+        future.add_callback(delivered)
         future.add_errback(lambda exc: self._settle(size, (seq, record, exc)))
 
     def _settle(
