@@ -288,6 +288,24 @@ class KafkaProducerTransport:
                 sender.force_close()
 
 
+_ASSIGNOR_LOGGERS = (
+    "kafka.coordinator.assignors.range",
+    "kafka.coordinator.assignors.roundrobin",
+    "kafka.coordinator.assignors.sticky.sticky_assignor",
+)
+
+
+class _NoPartitionMetadata(logging.Filter):
+    """Drops the assignors' "No partition metadata for topic" lines: KafkaConsumerTransport fetches
+    the metadata before joining and names a missing topic itself, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No partition metadata for topic")
+
+
+_NO_METADATA = _NoPartitionMetadata()
+
+
 class KafkaConsumerTransport:
     """transport.base.Consumer over kafka-python's KafkaConsumer, in a consumer group.
 
@@ -331,6 +349,36 @@ class KafkaConsumerTransport:
             raise TransportError(
                 f"Kafka consumer (group {self.group_id}) could not start: {_why(e)}; {s.what_to_check()}"
             ) from e
+        self._check_topics()
+
+    def _check_topics(self) -> None:
+        """Fetches the topics' metadata before the first poll joins the group.
+
+        Why: a group leader that joins before the metadata of the topics it subscribed to has arrived
+        assigns without them, and kafka-python's assignors log "No partition metadata for topic ..."
+        for each. Fetched up front, the metadata is there; a topic that really does not exist is
+        said once, here, with what to do, and the assignors' repetition of it is filtered out."""
+        from kafka.errors import KafkaError
+
+        try:
+            visible = self._consumer.topics()
+        except KafkaError as e:
+            raise TransportError(
+                f"Kafka consumer (group {self.group_id}) could not read the topics' metadata: {_why(e)}; "
+                f"{self.settings.what_to_check()}"
+            ) from e
+        missing = [t for t in self.topics if t not in visible]
+        if missing:
+            log.warning(
+                "Kafka topics %s do not exist: nothing is read from them until they are created "
+                "(transport.kafka.ensure_topics creates every goodput topic), and a created topic is "
+                "picked up at the next metadata refresh",
+                ", ".join(missing),
+            )
+        for name in _ASSIGNOR_LOGGERS:
+            logger = logging.getLogger(name)
+            if _NO_METADATA not in logger.filters:
+                logger.addFilter(_NO_METADATA)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to `max_records` records, waiting at most `timeout_s` for the first; in offset order within
