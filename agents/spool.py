@@ -35,6 +35,7 @@ Not safe across processes (one agent owns one directory); safe across threads.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -184,6 +185,7 @@ class Spool:
         self._ahead: dict[str, tuple[int, int]] = {}
         self._ack_fd: int | None = None
         self._ack_size = _ACK_SIZE
+        self._full = 0  # batches refused since the disk became full (0: it is not)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -261,22 +263,62 @@ class Spool:
 
     # ---------------------------------------------------------------- writing
 
-    def append(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Stores one batch, deleting the oldest segments first if it would not fit in `max_bytes`."""
+    def append(self, topic: str, key: bytes | None, value: bytes) -> bool:
+        """Stores one batch, deleting the oldest segments first if it would not fit in `max_bytes`.
+
+        Returns False when the disk is full (ENOSPC, or EDQUOT over a quota) before `max_bytes` is
+        reached: the batch is not stored and is counted in `stats.dropped`, any part of it that was
+        written is cut off again (so the segment stays readable), and the spool carries on; the
+        sender deleting delivered segments makes room. Why not raise: a full disk must not stop the
+        agent, and a crash loop would lose more than the batches the disk cannot hold. The first
+        refusal is logged, and the first success after it, with the count in between."""
         rec = encode_record(topic, key, value)
         if len(HEADER) + len(rec) > self.max_bytes:
             raise ValueError(
                 f"batch of {len(rec)} bytes is larger than the whole spool (max_bytes={self.max_bytes})"
             )
         with self._lock:
-            seg = self._active()
-            if seg.size + len(rec) > self.segment_bytes and seg.ends:
-                seg = self._rotate()
-            while self._bytes() + len(rec) > self.max_bytes:
-                if self._segments[0] is seg:
+            try:
+                seg = self._active()
+                if seg.size + len(rec) > self.segment_bytes and seg.ends:
                     seg = self._rotate()
-                self._drop_oldest()
-            self._write(seg, rec, topic)
+                while self._bytes() + len(rec) > self.max_bytes:
+                    if self._segments[0] is seg:
+                        seg = self._rotate()
+                    self._drop_oldest()
+                self._write(seg, rec, topic)
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                self._refused(e)
+                return False
+            if self._full:
+                log.info(
+                    "spool: %s has room again; %d batches were dropped while it was full",
+                    self.dir,
+                    self._full,
+                )
+                self._full = 0
+            return True
+
+    def _refused(self, e: OSError) -> None:
+        """An append that the disk refused: cut what it wrote, count the batch as dropped."""
+        if self._fd is not None and self._segments:
+            os.ftruncate(self._fd, self._segments[-1].size)
+        # Space comes back a segment at a time, and the segment being written is never deleted while
+        # it is open: close it, so that once the sender has delivered it, it goes too.
+        self._close_fd()
+        self._delete_finished()
+        self._dropped += 1
+        if not self._full:
+            log.warning(
+                "spool: %s is full (%s): new batches are dropped and counted until there is room "
+                "(goodput_agent_spool_dropped_batches_total); free space on it, or lower "
+                "[agent].spool_max_bytes below what it can hold",
+                self.dir,
+                e.strerror,
+            )
+        self._full += 1
 
     def _active(self) -> _Segment:
         if self._segments and self._fd is not None:
@@ -293,10 +335,16 @@ class Spool:
         seg_id, self._next_id = self._next_id, self._next_id + 1
         seg = _Segment(seg_id, self.dir / f"{seg_id:020d}{_SUFFIX}")
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
-        _write_all(self._fd, HEADER)
-        if self.fsync != "never":
-            os.fsync(self._fd)
-            self._fsync_dir()
+        try:
+            _write_all(self._fd, HEADER)
+            if self.fsync != "never":
+                os.fsync(self._fd)
+                self._fsync_dir()
+        except OSError:  # the disk is full: no half-made segment is left behind
+            os.close(self._fd)
+            self._fd = None
+            seg.path.unlink(missing_ok=True)
+            raise
         self._segments.append(seg)
         return seg
 
