@@ -3,7 +3,10 @@ process with its own broker, and prints how many runs passed and how many put a 
 twice (the case docs/agent.md, "Delivery", leaves to the loader's dedup). Not part of CI: about 30 s
 a run on 2 cores.
 
-    .venv/bin/python -m tests.agents.repeat_killed_agent [N]
+    .venv/bin/python -m tests.agents.repeat_killed_agent [N] [--results FILE]
+
+With --results, each run's record (tests/fixtures/reliability.py) is appended to FILE as well, for
+docs/reliability.md (tests/reliability_doc.py).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST = "tests/agents/test_agent_kafka.py::test_killed_agent_replays_its_spool_after_restart"
 
 
-def main(runs: int) -> int:
+def main(runs: int, keep: Path | None = None) -> int:
     failed = 0
     results: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -41,6 +44,9 @@ def main(runs: int) -> int:
                 results.append(json.loads(lines[-1]))
                 r = results[-1]
                 print(f"run {i + 1}: passed, {r['duplicates']} duplicates {r['extra'] or ''}", flush=True)
+        if keep is not None and out.exists():
+            with keep.open("a") as f:
+                f.write(out.read_text())
     with_dups = [r for r in results if r["duplicates"]]
     print(
         f"{runs} runs: {runs - failed} passed, {failed} failed; {len(with_dups)} runs put a batch into "
@@ -51,4 +57,10 @@ def main(runs: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 50))
+    import argparse
+
+    ap = argparse.ArgumentParser(description="repeat the killed-agent test and count duplicates")
+    ap.add_argument("runs", type=int, nargs="?", default=50)
+    ap.add_argument("--results", type=Path, help="append each run's reliability record here too")
+    args = ap.parse_args()
+    sys.exit(main(args.runs, args.results))

@@ -143,3 +143,29 @@ def test_counters_reset_by_a_driver_reload_never_give_a_negative_or_huge_rate(no
         stored=stored,
         duplicates=duplicates,
     )
+
+
+def test_nvml_reporting_gpu_is_lost_for_one_gpu(node, reliability, monkeypatch):
+    lost_file = node.root / "lost-gpus"
+    monkeypatch.setenv("GOODPUT_FAKE_NVML_LOST_FILE", str(lost_file))
+    node.start()
+    node.wait_for(lambda: node.next_seqs()["gpu"] >= 4, 30, "a few gpu batches")
+    lost_file.write_text("2\n")  # NVML_ERROR_GPU_IS_LOST for GPU 2 (fell off the bus, Xid 79)
+    lost_at = node.next_seqs()["gpu"]
+    node.wait_for(lambda: node.next_seqs()["gpu"] >= lost_at + 6, 30, "gpu batches after the loss")
+    assert node.metric("goodput_collector_success", collector="nvml") == 1, "the collector carries on"
+    node.wait_for(lambda: _drained(node), 30, "the spool to drain")
+    assert node.stop() == 0
+    produced, stored, duplicates, stream = _count(node)
+    assert (stored, duplicates) == (produced, 0)
+    last = stream["gpu"][-1]["columns"]
+    assert last["gpu"] == list(range(8)), "every GPU still has its row"
+    assert last["lost"] == [i == 2 for i in range(8)], "only GPU 2 is flagged lost"
+    assert last["util_gpu_pct"][2] is None and last["util_gpu_pct"][1] == 50.0, "no made-up sample"
+    reliability.fault(
+        "NVML reporting GPU_IS_LOST for one GPU of 8",
+        "its row says lost=true with no samples; the other 7 GPUs and every other kind carry on",
+        produced=produced,
+        stored=stored,
+        duplicates=duplicates,
+    )
