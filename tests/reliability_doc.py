@@ -52,7 +52,9 @@ ASKED: dict[str, tuple[str, ...]] = {
     "Counters reset by a driver reload": (
         _FAULTS + "test_counters_reset_by_a_driver_reload_never_give_a_negative_or_huge_rate",
     ),
-    "A node silent for 10 minutes, then replaying its spool": (),
+    "A node silent for 10 minutes, then replaying its spool": (
+        _FAULTS + "test_a_node_silent_for_10_minutes_replays_its_spool_and_the_loader_stores_all_of_it",
+    ),
     "Power loss (kill -9 between write and fsync)": (
         "tests/agents/test_spool.py::test_process_killed_while_appending_loses_only_the_torn_record",
         _AGENT + "test_killed_agent_replays_its_spool_after_restart",
@@ -61,10 +63,6 @@ ASKED: dict[str, tuple[str, ...]] = {
 NOT_COVERED_WHY = {
     "Two loaders in one group, one dying during a rebalance": (
         "tests/loader/test_group.py runs two loaders in one group, but none dies during the rebalance"
-    ),
-    "A node silent for 10 minutes, then replaying its spool": (
-        "the replay itself is covered (30 s outage, SIGKILL and SIGTERM during an outage); a 10-minute "
-        "silence with the loader counting late rows is not"
     ),
 }
 
