@@ -38,7 +38,10 @@ ASKED: dict[str, tuple[str, ...]] = {
     "Loader SIGKILLed mid-batch": (
         "tests/loader/test_crash.py::test_sigkill_between_insert_and_commit_then_restart_is_exact",
     ),
-    "Two loaders in one group, one dying during a rebalance": (),
+    "Two loaders in one group, one dying during a rebalance": (
+        "tests/loader/test_group_fault.py::test_a_loader_killed_during_a_rebalance_loses_nothing",
+        "tests/loader/test_group.py::test_two_loaders_split_the_partitions_and_store_each_batch_once",
+    ),
     "ClickHouse server process killed mid-load": (
         "tests/clickhouse/test_restart.py::test_server_killed_and_restarted_mid_load_loses_nothing",
         "tests/loader/test_store_outage.py::"
@@ -60,10 +63,8 @@ ASKED: dict[str, tuple[str, ...]] = {
         _AGENT + "test_killed_agent_replays_its_spool_after_restart",
     ),
 }
-NOT_COVERED_WHY = {
-    "Two loaders in one group, one dying during a rebalance": (
-        "tests/loader/test_group.py runs two loaders in one group, but none dies during the rebalance"
-    ),
+NOT_COVERED_WHY: dict[str, str] = {
+    # A fault of ASKED with no test yet: why, for the doc.
 }
 
 
