@@ -108,10 +108,12 @@ def render(results: list[dict]) -> str:
         "Counts are batches unless the fault says rows. *Stored*: distinct batches that reached their",
         "destination (the store, or Kafka for agent-side faults, from where the loader stores exactly",
         "those). *Duplicates*: extra copies that reached it (in Kafka they never reach a table: the loader",
-        "stores each (node, kind, seq) once). Several runs of a test are summed.",
+        "stores each (node, kind, seq) once). *Dropped, counted*: given up on by design and counted in a",
+        "metric (a full spool). Several runs of a test are summed.",
         "",
-        "| fault | what happened | runs | produced | stored | duplicates | dead-lettered | test |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| fault | what happened | runs | produced | stored | duplicates | dead-lettered "
+        "| dropped, counted | test |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for (test, name), runs in sorted(faults.items()):
         last = runs[-1]
@@ -123,7 +125,8 @@ def render(results: list[dict]) -> str:
         lines.append(
             f"| {name} | {what} | {len(runs)} | {sum(r['produced'] for r in runs)} "
             f"| {sum(r['stored'] for r in runs)} | {sum(r['duplicates'] for r in runs)} "
-            f"| {sum(r['dead_lettered'] or 0 for r in runs)} | `{test}` |"
+            f"| {sum(r['dead_lettered'] or 0 for r in runs)} | {sum(r.get('dropped') or 0 for r in runs)} "
+            f"| `{test}` |"
         )
     recorded = {test for test, _ in faults}
     lines += ["", "## The faults asked for (issue 14), and where each is covered", ""]

@@ -50,5 +50,5 @@ def test_results_are_summed_over_runs_and_bad_input_gets_its_own_table():
     }
     bad = dict(fault, section="bad_input", test="tests/x/test_b.py::test_g[5]", name="BOM", reason="bad_json")
     text = reliability_doc.render([fault, dict(fault, duplicates=0), bad])
-    assert "| the broker gone | all there; 1 of 2 runs had a duplicate | 2 | 20 | 20 | 1 | 0 |" in text
+    assert "| the broker gone | all there; 1 of 2 runs had a duplicate | 2 | 20 | 20 | 1 | 0 | 0 |" in text
     assert "| BOM | `bad_json` | 0 | 10 | `tests/x/test_b.py::test_g` |" in text

@@ -83,7 +83,7 @@ def test_spool_disk_full_during_an_outage_drops_counted_batches_and_keeps_runnin
         produced=produced,
         stored=stored,
         duplicates=duplicates,
-        dropped_and_counted=int(dropped),
+        dropped=int(dropped),
     )
 
 
