@@ -385,22 +385,21 @@ class Spool:
         """Unacknowledged batches, oldest first, as stored when the call began. A segment dropped for
         space while the iteration runs is skipped; a record found corrupt on disk ends its segment."""
         with self._lock:
-            plan = [
-                (seg, [i for i in range(seg.acked, len(seg.ends)) if not self._covered(seg, i)])
-                for seg in self._segments
-                if seg.live
-            ]
-        for seg, indices in plan:
-            if not indices:
-                continue
+            plan = [(seg, seg.acked, len(seg.ends)) for seg in self._segments if seg.live]
+            ahead = dict(self._ahead)  # batches acknowledged with their topic are skipped
+        for seg, first, stop in plan:
             try:
                 f = seg.path.open("rb")
             except FileNotFoundError:
                 continue
             with f:
-                for index in indices:
+                f.seek(seg.start_of(first))
+                for index in range(first, stop):
                     start, end = seg.start_of(index), seg.ends[index]
-                    f.seek(start)
+                    pos = ahead.get(seg.topics[index])
+                    if pos is not None and (seg.id, index) <= pos:
+                        f.seek(end)
+                        continue
                     data = f.read(end - start)
                     length, crc = _PREFIX.unpack_from(data, 0) if len(data) >= 8 else (0, 0)
                     if len(data) != end - start or zlib.crc32(data[8:], zlib.crc32(data[:4])) != crc:
