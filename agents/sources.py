@@ -57,11 +57,13 @@ def _nfs(cfg: AgentConfig) -> Collector:
 
 
 def _lustre(cfg: AgentConfig) -> Collector:
-    from collectors.lustre import LustreCollector
+    from collectors.lustre import LustreCollector, find_roots, no_client
 
-    if not any(Path(r).is_dir() for r in cfg.lustre_roots):
-        raise CollectorUnavailable(f"no Lustre client: none of {', '.join(cfg.lustre_roots)} exists")
-    return LustreCollector(cfg.lustre_roots)
+    roots = [Path(r) for r in cfg.lustre_roots]
+    present, denied = find_roots(roots, layers=())  # llite/ may appear later, when a filesystem is mounted
+    if not present:
+        raise no_client(roots, denied)
+    return LustreCollector(roots)
 
 
 def _steps(cfg: AgentConfig) -> Collector:

@@ -31,6 +31,42 @@ _MICROSECONDS = {"usec", "usecs", "us"}
 _LATENCY_LINE = {"llite": "read", "osc": "ost_read"}
 
 
+def _is_dir(path: Path) -> bool | None:
+    """Whether `path` is a directory; None when this user may not even look (a parent it cannot
+    search: /sys/kernel/debug is root-only on most hosts)."""
+    try:
+        return path.is_dir()
+    except PermissionError:
+        return None
+
+
+def find_roots(
+    roots: Sequence[Path], layers: Sequence[str] = ("llite", "osc")
+) -> tuple[list[Path], list[Path]]:
+    """(roots holding one of `layers`, or existing at all when `layers` is empty; roots this user may not
+    look into). An unprivileged agent meets the second kind on every host with debugfs; it is reported,
+    never fatal (docs/agent.md, Privileges)."""
+    present, denied = [], []
+    for root in roots:
+        found = [_is_dir(root / layer) for layer in layers] if layers else [_is_dir(root)]
+        if any(found):
+            present.append(root)
+        elif None in found:
+            denied.append(root)
+    return present, denied
+
+
+def no_client(roots: Sequence[Path], denied: Sequence[Path]) -> CollectorUnavailable:
+    """Why the collector is off: no Lustre client, or none this user can see."""
+    why = f"no llite/ or osc/ under {', '.join(map(str, roots))}: no Lustre client on this node"
+    if denied:
+        why += (
+            f" that this user can read ({', '.join(map(str, denied))} not searchable: grant "
+            f"CAP_DAC_READ_SEARCH where the client keeps its stats there, docs/agent.md)"
+        )
+    return CollectorUnavailable(why)
+
+
 @dataclass(frozen=True, slots=True)
 class StatLine:
     count: int
@@ -71,11 +107,10 @@ class LustreCollector:
         self.skipped: list[str] = []
 
     def read(self) -> list[LustreStats]:
-        present = [r for r in self.roots if (r / "llite").is_dir() or (r / "osc").is_dir()]
+        present, denied = find_roots(self.roots)
         if not present:
-            raise CollectorUnavailable(
-                f"no llite/ or osc/ under {', '.join(map(str, self.roots))}: no Lustre client on this node"
-            )
+            raise no_client(self.roots, denied)
+        self.skipped += [f"{r}: not searchable by this user" for r in denied]
         out: dict[tuple[str, str], LustreStats] = {}
         for root in present:
             for layer in ("llite", "osc"):

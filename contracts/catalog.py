@@ -19,11 +19,24 @@ SCHEMA_MIGRATIONS = "schema_migrations"
 DIM_NODES = "dim_nodes"
 DIM_ACCOUNTS = "dim_accounts"
 DIM_POOLS = "dim_pools"
+DIM_TOPOLOGY = "dim_topology"
 
 GOODPUT_WINDOWS = "goodput_windows"
 JOB_SUMMARY = "job_summary"
 TEAM_DAY = "team_day"
 SCHEDULING_DELAY = "scheduling_delay"
+FAULTS = "faults"
+FAULT_REPEATS = "fault_repeats"
+STRAGGLER_EPISODES = "straggler_episodes"
+
+# fleet views (pipeline/analyzers/fleet.sql, docs/goodput-model.md "Scheduling and capacity", "Topology")
+QUEUE_DELAY_DAY = "queue_delay_day"
+POOL_CAPACITY = "pool_capacity"
+POOL_FRAGMENTATION = "pool_fragmentation"
+POOL_HOLDS = "pool_holds"
+POOL_TEAM_DAY = "pool_team_day"
+IDLE_ALLOCATIONS = "idle_allocations"
+JOB_PLACEMENT = "job_placement"
 
 CATEGORIES = (
     "productive",
@@ -38,6 +51,37 @@ CATEGORIES = (
 """The goodput categories (docs/goodput-model.md). Stable: reports, dashboards and alerts key on them."""
 
 WASTE_CATEGORIES = tuple(c for c in CATEGORIES if c != "productive")
+
+FAULT_KINDS = (
+    "xid_hw",
+    "xid_app",
+    "xid_other",
+    "nccl_timeout",
+    "oom",
+    "node_lost",
+    "preemption",
+    "exit_code",
+    "timeout",
+    "user",
+    "other",
+)
+"""`faults.kind`: what ended an attempt, from the `failed`/`preempted` event's reason (docs/summary.md).
+Stable: reports and alerts key on them."""
+
+FAULT_OWNERS = ("job", "scheduler")
+"""`faults.owner`: who bears a fault's cost. A preemption is the scheduler's decision, not a failure of
+the job; everything else ended the job's attempt ("job", whether the cause was hardware or code)."""
+
+XID_CLASSES: dict[str, tuple[int, ...]] = {
+    "xid_hw": (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140),
+    "xid_app": (13, 31, 43, 45),
+}
+"""NVIDIA XID codes by class, after the resolution buckets of NVIDIA's Xid catalog
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html): `xid_hw` are hardware faults
+whose remedy is a GPU reset, node drain or service (ECC double-bit errors and row remapping 48/63/64/
+92/94/95/140, NVLink 74, fallen off the bus 79, GSP and micro-controller errors 61/62/119/120);
+`xid_app` are errors the catalog sends back to the application (RESTART_APP: graphics engine exception
+13, MMU fault 31, stopped processing 43, preemptive cleanup 45). Other codes are `xid_other`."""
 
 
 def agent_metrics() -> dict[str, tuple[str | None, str]]:

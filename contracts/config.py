@@ -30,8 +30,9 @@ from typing import Annotated, ClassVar, Literal, TypeVar
 import msgspec
 from msgspec import Meta, field
 
+from contracts import topology
 from contracts.hostlist import expand as expand_nodes
-from contracts.strict import ConfigError, build, resolve_paths, table_name
+from contracts.strict import ConfigError, build, key_name, resolve_paths, table_name
 
 CONFIG_VERSION: Literal[1] = 1
 EXAMPLE_CONFIG = Path(__file__).with_name("example_config.toml")
@@ -156,6 +157,63 @@ class TeamsConfig(Table, frozen=True):
     """The team of an account no team lists."""
 
 
+class SwitchConfig(Table, frozen=True):
+    """`[topology.switches.<name>]`: one switch of the network tree, as a Slurm topology.conf line."""
+
+    nodes: tuple[str, ...] = ()
+    """Host lists of the nodes cabled to it (a leaf switch)."""
+    switches: tuple[str, ...] = ()
+    """Host lists of its child switches (a spine or core switch)."""
+
+
+class TopologyConfig(Table, frozen=True):
+    """`[topology]`: the network tree (leaf / spine switches) and racks, for each job's placement
+    (`job_placement`, docs/goodput-model.md, Topology). Empty: every node is unmapped, and a job's
+    placement counts its nodes only."""
+
+    slurm_topology_conf: FilePath = ""
+    """A Slurm topology.conf (tree plugin: `SwitchName=leaf1 Nodes=node[01-08]`,
+    `SwitchName=spine Switches=leaf[1-4]`), read at each analysis; switches below add to it."""
+    switches: dict[str, SwitchConfig] = {}
+    """The tree written here instead of (or beside) the file: `[topology.switches.leaf1] nodes = [...]`."""
+    racks: dict[str, tuple[str, ...]] = {}
+    """`<rack> = [host lists]`: the rack of each node (a node in one rack only)."""
+
+    def __post_init__(self) -> None:
+        topology.build(self._inline())
+        seen: dict[str, str] = {}
+        for rack, specs in self.racks.items():
+            try:
+                hosts = [n for spec in specs for n in expand_nodes(spec)]
+            except ValueError as e:
+                raise ValueError(f"racks.{rack}: {e}") from None
+            for n in hosts:
+                if seen.setdefault(n, rack) != rack:
+                    raise ValueError(f"racks.{rack}: node {n!r} is already in rack {seen[n]!r}")
+
+    def _inline(self) -> list[topology.Switch]:
+        return topology.from_config({k: (v.nodes, v.switches) for k, v in self.switches.items()})
+
+    def placements(self) -> dict[str, topology.Placement]:
+        """Node -> leaf and path to the root, from the Slurm file (read now) and the inline switches;
+        ConfigError naming the file and line (or key) when the tree is invalid, so the commands print
+        it as one line."""
+        if not self.slurm_topology_conf:
+            return topology.build(self._inline())
+        path = Path(self.slurm_topology_conf)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"[topology].slurm_topology_conf: cannot read {path}: {e.strerror}") from None
+        try:
+            return topology.build([*topology.parse_slurm(text, str(path)), *self._inline()])
+        except ValueError as e:
+            raise ConfigError(f"{e} (from [topology].slurm_topology_conf)") from None
+
+    def rack_of(self) -> dict[str, str]:
+        return {n: rack for rack, specs in self.racks.items() for spec in specs for n in expand_nodes(spec)}
+
+
 # ------------------------------------------------------------------ analysis and loading
 
 
@@ -167,25 +225,81 @@ class AnalyzerConfig(Table, frozen=True):
     healthy_quantile: Fraction = 0.9
     """First-pass percentile of a job's running seconds."""
     healthy_cutoff: Annotated[float, Meta(gt=0, le=1)] = 0.8
-    """Seconds at or above cutoff x that percentile count as healthy; b* is their median."""
+    """Seconds at or above cutoff x that percentile count as healthy; b* is the middle of their shortest
+    half."""
     healthy_tolerance: Annotated[float, Meta(ge=0, lt=1)] = 0.05
     """A window this close to the healthy level (1 - b/b* below it) is wholly productive."""
     stalled_second_fraction: Annotated[float, Meta(ge=0, lt=1)] = 0.1
     """A running second below this fraction of the healthy level did no work: wholly lost, not credited
     with its residual activity (a GPU waiting on data or a collective still shows a few % SM)."""
+    noise_z: Annotated[float, Meta(ge=0)] = 3.0
+    """How many standard deviations of a job's SM sample noise a loss must exceed: a second below
+    noise_z x sigma counts as dead, and a window's shortfall under the noise of its mean is no loss."""
     clock_offset_s: Annotated[float, Meta(gt=0)] = 2.0
     """A node's clock offset (estimated per job from where its job-tagged GPU samples fall against the
     scheduler's allocation) at least this large is corrected before classification; smaller ones are
     within sampling jitter and left alone (docs/goodput-model.md, Clock skew)."""
     storage_saturation: Annotated[float, Meta(gt=0, le=1)] = 0.85
     """Fraction of the pool's storage ceiling that counts as saturated."""
+    storage_reader_fraction: Annotated[float, Meta(ge=0, le=1)] = 0.5
+    """A node counts among the readers of its pool's storage (so the pool at its ceiling is its evidence)
+    where it reads at least this fraction of the pool's mean read rate per node: a job starved by a hog
+    reads less than the hog, but far more than a job that hardly reads."""
+    coarse_running_sources: tuple[Name, ...] = ("slurm", "volcano", "kueue")
+    """Job-event sources whose `running` means "containers started", not "first training step": the
+    analyzers find the real start from step events or the jump in SM activity."""
     psi_some_pct: Annotated[float, Meta(ge=0, le=100)] = 20.0
     nic_line_rate_fraction: Annotated[float, Meta(gt=0, le=1)] = 0.9
     xmit_wait_per_s: NonNegative = 1.0e6
     ecn_marked_per_s: NonNegative = 1000.0
     cnp_per_s: NonNegative = 1000.0
+    evidence_floor: Annotated[float, Meta(gt=0, le=1)] = 0.5
+    """A stall's evidence under its threshold still counts where it is at least this fraction of the
+    threshold and has risen `evidence_rise` x over the node's level while the job was healthy."""
+    evidence_rise: Annotated[float, Meta(ge=1)] = 3.0
+    """How far a signal under its threshold must rise over its healthy level to count as evidence."""
+    evidence_baseline_windows: Count = 6
+    """Healthy windows a (job, node) needs before its healthy evidence level is trusted; fewer, and only
+    the thresholds count."""
+    evidence_split: Literal["strength", "even"] = "strength"
+    """Where a stall has both storage and fabric evidence: split it by the strength of each (signal over
+    threshold), or half each."""
+    step_wait_min: Annotated[float, Meta(ge=0, le=1)] = 0.01
+    """Where a job's ranks report step events and waited at least this share of their step time (beyond
+    their usual) in a window, the steps decide that window's lost share and its data/comm split."""
+    straggler_min_slowdown: Annotated[float, Meta(gt=0, lt=1)] = 0.03
+    """A rank whose median compute time per step is at least this much over its gang's median, window after
+    window, straggles: a synchronous gang waits for it at every collective."""
+    straggler_min_steps: Count = 30
+    """Steps a straggler episode needs (consecutive windows of the same slowest rank): one noisy step, or
+    a few, are not a straggler."""
+    straggler_persistent_fraction: Fraction = 0.5
+    """An episode covering at least this share of the job's windows with step events is persistent."""
+    straggler_score: Fraction = 0.75
+    """Below this score (gang median / rank median compute) a straggler is gross (nvidia-resiliency-ext's
+    default threshold); milder ones are still found and costed."""
     straggler_clock_event_mask: Annotated[int, Meta(ge=0)] = 0x8 | 0x20 | 0x40 | 0x80
     """NVML clock event reasons that mark a GPU as a straggler."""
+    fault_evidence_s: Seconds = 60.0
+    """A failure is located on a GPU, node or NIC by telemetry this close to it (an XID or a lost GPU, a
+    port not ACTIVE): samples within this many seconds either side of the `failed` event."""
+    repeat_window_s: Seconds = 7 * 86400.0
+    """A node or GPU that fails again within this many seconds of its previous failure is a repeat
+    offender (`fault_repeats`)."""
+    capacity_bucket_s: Count = 3600
+    """Width of the time buckets of `pool_capacity` (allocated vs unallocated capacity per pool), seconds;
+    a multiple of window_s, so every window lies in one bucket."""
+    idle_reclaim_after_s: Seconds = 1800.0
+    """A GPU held this long (or longer) without activity is a reclaim candidate (`idle_allocations`)."""
+    idle_busy_pct: Annotated[float, Meta(ge=0, le=100)] = 1.0
+    """A second at or below this SM activity (utilization where GPM is absent) is a second without
+    activity, for idle_reclaim_after_s."""
+
+    def __post_init__(self) -> None:
+        if self.capacity_bucket_s % self.window_s:
+            raise ValueError(
+                f"capacity_bucket_s: {self.capacity_bucket_s} is not a multiple of window_s ({self.window_s})"
+            )
 
 
 _MAX_PAST_DAYS = 90
@@ -489,6 +603,7 @@ class Config(Table, frozen=True):
     pools: tuple[Pool, ...] = ()
     teams: TeamsConfig = TeamsConfig()
     analyzer: AnalyzerConfig = AnalyzerConfig()
+    topology: TopologyConfig = TopologyConfig()
     loader: LoaderConfig = LoaderConfig()
     transport: TransportConfig = TransportConfig()
     store: StoreConfig = StoreConfig()
@@ -533,9 +648,12 @@ ENVIRONMENT = {
     "GOODPUT_STORE_PATH": ("store", "path"),
     "GOODPUT_KAFKA_BOOTSTRAP": ("transport", "kafka", "bootstrap"),
     "GOODPUT_NODE": ("agent", "node"),
+    "GOODPUT_METRICS_ADDRESS": ("agent", "metrics_address"),
+    "GOODPUT_LOADER_METRICS_ADDRESS": ("loader", "metrics_address"),
 }
 """Environment variables that override a key of the file (a non-empty value wins; `apply_env`). The
-DaemonSet sets GOODPUT_NODE from the downward API's spec.nodeName."""
+DaemonSet sets GOODPUT_NODE from the downward API's spec.nodeName, and GOODPUT_METRICS_ADDRESS to the
+node's own IP, so that /metrics is not served on every interface of the host."""
 
 
 def parse(data: dict, source: str = "<memory>") -> Config:
@@ -560,7 +678,12 @@ def apply_env(cfg: Config, env: Mapping[str, str] | None = None) -> Config:
     env = os.environ if env is None else env
     for var, (*tables, key) in ENVIRONMENT.items():
         if env.get(var):
-            cfg = _replace_at(cfg, tables, key, env[var])
+            try:
+                cfg = _replace_at(cfg, tables, key, env[var])
+            except ValueError as e:  # the table's own check (__post_init__) refused the value
+                raise ConfigError(
+                    f"environment variable {var} (overrides {key_name(tuple(tables), key)}): {e}"
+                ) from None
     return cfg
 
 

@@ -16,10 +16,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.store import StoreError, StoreLocked, first_line
+from pipeline.store import Params, StoreError, StoreLocked, first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+_ESCAPED = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
+
+
+def _param_texts(params: Params) -> dict[str, str]:
+    """Parameter values as ClickHouse reads them: in its escaped text format, where a backslash starts
+    an escape sequence. chDB passes the text through as is, so a value with a backslash would fail to
+    parse (`o'brien\\`) or change (`a\\tb` read as a tab) unless escaped here; the server store's
+    driver does the same escaping itself."""
+    return {k: v.translate(_ESCAPED) if isinstance(v, str) else str(v) for k, v in params.items()}
 
 
 class ChdbStore:
@@ -60,11 +71,11 @@ class ChdbStore:
 
         self._session: session.Session | None = session.Session(str(self.path))
 
-    def execute(self, sql: str) -> None:
-        self._run(sql, "CSV")
+    def execute(self, sql: str, params: Params | None = None) -> None:
+        self._run(sql, "CSV", params)
 
-    def query_arrow(self, sql: str) -> pa.Table:
-        return self._run(sql, "ArrowTable")
+    def query_arrow(self, sql: str, params: Params | None = None) -> pa.Table:
+        return self._run(sql, "ArrowTable", params)
 
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
         if data.num_rows == 0:
@@ -76,11 +87,11 @@ class ChdbStore:
         # chDB's Python() table function finds `data` in this frame by name.
         self._run(f"INSERT INTO {table} ({cols}){settings} SELECT {cols} FROM Python(data)", "CSV")
 
-    def _run(self, sql: str, fmt: str):
+    def _run(self, sql: str, fmt: str, params: Params | None = None):
         if self._session is None:
             raise StoreError(f"chDB store {self.path} is closed [{first_line(sql)}]")
         try:
-            return self._session.query(sql, fmt)
+            return self._session.query(sql, fmt, params=_param_texts(params) if params else None)
         except Exception as e:  # chDB raises plain RuntimeError for every engine error
             raise StoreError(f"chDB statement failed [{first_line(sql)}]: {e}") from None
 

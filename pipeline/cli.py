@@ -1,4 +1,4 @@
-"""`goodput ingest`, `goodput analyze` and `goodput summary`: the pipeline's commands.
+"""`goodput ingest`, `goodput analyze`, `goodput summary` and `goodput explain`: the pipeline's commands.
 
 Each opens the store itself; with the embedded chDB store only one process may hold a directory, and
 the store says so by name when another process has it (pipeline.store.StoreLocked). That is why the
@@ -162,10 +162,30 @@ def cmd_summary(args) -> int:
     cfg = config_mod.load(args.config)
     with _store(args, cfg) as store:
         if args.json:
-            json.dump(as_json(store, cfg.cluster.name, cfg.cluster.currency), sys.stdout, indent=2)
+            report = as_json(store, cfg.cluster.name, cfg.cluster.currency, args.team, args.job)
+            json.dump(report, sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
-            print(format_team_table(team_table(store, cfg.cluster.name), cfg.cluster.currency))
+            teams = team_table(store, cfg.cluster.name, args.team, args.job)
+            print(format_team_table(teams, cfg.cluster.currency))
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from pipeline.explain import UnknownJob, explain, format_explain
+
+    cfg = config_mod.load(args.config)
+    with _store(args, cfg) as store:
+        try:
+            e = explain(store, cfg.cluster.name, args.job, cfg.cluster.currency)
+        except UnknownJob as err:
+            print(f"goodput explain: {err}", file=sys.stderr)
+            return 2
+    if args.json:
+        json.dump(e, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_explain(e))
     return 0
 
 
@@ -211,4 +231,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("summary", parents=[common], help="per-team and per-job GPU time by category")
     p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/summary.md)")
+    p.add_argument("--team", help="only this team's jobs and GPU time")
+    p.add_argument("--job", help="only this job (its id as the scheduler reports it)")
     p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser(
+        "explain", parents=[common], help="one job: GPU time per category and why (evidence, faults, queue)"
+    )
+    p.add_argument("job", help="job id as the scheduler knows it")
+    p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/summary.md)")
+    p.set_defaults(func=cmd_explain)

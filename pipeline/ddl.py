@@ -155,6 +155,13 @@ CREATE TABLE IF NOT EXISTS dim_pools (
     pool String, pool_class LowCardinality(String), nodes UInt32, gpus UInt32,
     storage_ceiling_bytes_per_s Float64, oversubscription Float64
 ) ENGINE = MergeTree ORDER BY pool""",
+    catalog.DIM_TOPOLOGY: """
+CREATE TABLE IF NOT EXISTS dim_topology (
+    node String, leaf LowCardinality(String) COMMENT 'the switch the node is cabled to',
+    spine LowCardinality(String) COMMENT 'the top of its tree (the leaf itself in a one-switch tree)',
+    path Array(String) COMMENT 'switches from the leaf up to the top',
+    rack LowCardinality(String) COMMENT 'from [topology.racks]; empty when not given'
+) ENGINE = MergeTree ORDER BY node""",
     catalog.DIM_ACCOUNTS: """
 CREATE TABLE IF NOT EXISTS dim_accounts (account String, team LowCardinality(String))
 ENGINE = MergeTree ORDER BY account""",
@@ -211,6 +218,138 @@ CREATE TABLE IF NOT EXISTS scheduling_delay (
     gang_wait_s Nullable(Float64) COMMENT 'first GPU allocated -> gang complete (GPU time held)',
     computed_at DateTime DEFAULT now()
 ) ENGINE = MergeTree ORDER BY (cluster, job_id)""",
+    catalog.FAULTS: f"""
+CREATE TABLE IF NOT EXISTS faults (
+    cluster LowCardinality(String), job_id String, attempt UInt16,
+    ts DateTime64(3, 'UTC') COMMENT 'the failed or preempted event',
+    event LowCardinality(String) COMMENT 'failed | preempted',
+    kind LowCardinality(String) COMMENT 'catalog.FAULT_KINDS: xid_hw, nccl_timeout, preemption, ...',
+    owner LowCardinality(String) COMMENT 'job (a failure) | scheduler (a preemption)',
+    reason String COMMENT 'as the scheduler reported it',
+    xid Nullable(UInt32), exit_code Nullable(Int64),
+    node String COMMENT 'where it happened; empty when nothing says',
+    gpu Nullable(Int32), nic String COMMENT 'device:port of a port not ACTIVE, else empty',
+    located_by LowCardinality(String) COMMENT 'event | xid | gpu_lost | nic_down | released | empty',
+    lost_gpu_seconds Float64 COMMENT 'retry_waste: progress lost since the last checkpoint',
+    restart_gpu_seconds Float64 COMMENT 'retry_waste: from the failure to the next attempt running',
+    held_gpu_seconds Float64 COMMENT 'idle: GPUs held after a failure with no restart',
+    gpu_seconds Float64 COMMENT 'lost + restart: the retry_waste this fault caused',
+    cost Float64 COMMENT 'of lost + restart + held',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY (cluster, job_id, ts)
+TTL toDateTime(ts) + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.FAULT_REPEATS: """
+CREATE TABLE IF NOT EXISTS fault_repeats (
+    cluster LowCardinality(String),
+    scope LowCardinality(String) COMMENT 'node | gpu',
+    node String, gpu Nullable(Int32) COMMENT 'scope gpu: the GPU index; scope node: null',
+    failures UInt32 COMMENT 'its failures (owner job) in faults',
+    repeats UInt32 COMMENT 'failures within window_s of its previous failure',
+    max_in_window UInt32 COMMENT 'the most failures inside one window_s',
+    first_failure DateTime64(3, 'UTC'), last_failure DateTime64(3, 'UTC'),
+    window_s Float64 COMMENT '[analyzer].repeat_window_s of the run',
+    gpu_seconds Float64 COMMENT 'retry_waste its failures caused',
+    kinds Array(String) COMMENT 'distinct fault kinds, sorted',
+    jobs Array(String) COMMENT 'distinct jobs, sorted',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree ORDER BY (cluster, scope, node)""",
+    catalog.QUEUE_DELAY_DAY: f"""
+CREATE TABLE IF NOT EXISTS queue_delay_day (
+    cluster LowCardinality(String), day Date COMMENT 'day the jobs were submitted (UTC)',
+    by LowCardinality(String) COMMENT 'all, pool, team or priority: what key groups by',
+    key String COMMENT 'the pool, team or priority (as text); empty for all',
+    jobs UInt32 COMMENT 'jobs submitted that day that got a first GPU',
+    waiting UInt32 COMMENT 'jobs submitted that day with no GPU yet (or never: cancelled in the queue)',
+    p50_s Nullable(Float64), p90_s Nullable(Float64),
+    p99_s Nullable(Float64) COMMENT 'queue_wait_s, nearest rank: the ceil(q n)-th smallest; null if no jobs',
+    max_s Nullable(Float64), computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(day) ORDER BY (cluster, day, by, key)
+TTL day + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.POOL_CAPACITY: f"""
+CREATE TABLE IF NOT EXISTS pool_capacity (
+    cluster LowCardinality(String), bucket_start DateTime('UTC'), bucket_s UInt32,
+    pool LowCardinality(String), pool_class LowCardinality(String), gpus UInt32,
+    capacity_gpu_s Float64 COMMENT 'gpus x the seconds of the bucket up to the end of the data',
+    allocated_gpu_s Float64 COMMENT 'goodput_windows of the pool in the bucket, all categories',
+    unallocated_gpu_s Float64 COMMENT 'capacity - allocated, exactly (micro-seconds); < 0: config too small',
+    allocated_pct Float64, computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(bucket_start) ORDER BY (cluster, bucket_start, pool)
+TTL bucket_start + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.POOL_FRAGMENTATION: f"""
+CREATE TABLE IF NOT EXISTS pool_fragmentation (
+    cluster LowCardinality(String), window_start DateTime('UTC') COMMENT 'the instant sampled',
+    window_s UInt16, pool LowCardinality(String),
+    free_gpus UInt32 COMMENT 'GPUs of the pool allocated to no job at that instant',
+    free_nodes UInt32 COMMENT 'nodes with every GPU free',
+    max_free_on_node UInt32,
+    pending_jobs UInt32 COMMENT 'jobs submitted and not yet allocated, headed for this pool',
+    smallest_pending_gpus UInt32 COMMENT 'the smallest of their requests',
+    stranded_gpus UInt32 COMMENT 'free GPUs no pending gang can use: all when the smallest does not fit',
+    fragmented Bool COMMENT 'stranded though free_gpus >= the smallest request: scattered',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(window_start) ORDER BY (cluster, window_start, pool)
+TTL window_start + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.POOL_HOLDS: f"""
+CREATE TABLE IF NOT EXISTS pool_holds (
+    cluster LowCardinality(String), job_id String, team LowCardinality(String),
+    pool LowCardinality(String), pool_class LowCardinality(String),
+    held_from DateTime64(3, 'UTC') COMMENT 'first GPU of the pool allocated to the job',
+    held_to DateTime64(3, 'UTC') COMMENT 'last GPU of the pool released (or the end of the data)',
+    hold_s Float64 COMMENT 'held_to - held_from',
+    gpus UInt32 COMMENT 'distinct GPUs of the pool the job held',
+    gpu_hours Float64 COMMENT 'allocated GPU-time on the pool',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(held_from) ORDER BY (cluster, job_id, pool)
+TTL toDateTime(held_from) + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.POOL_TEAM_DAY: f"""
+CREATE TABLE IF NOT EXISTS pool_team_day (
+    cluster LowCardinality(String), day Date, pool LowCardinality(String), pool_class LowCardinality(String),
+    team LowCardinality(String), gpu_hours Float64 COMMENT 'allocated GPU-hours that day (goodput_windows)',
+    goodput_pct Float64 COMMENT 'productive share of gpu_hours',
+    jobs UInt32 COMMENT 'jobs holding GPUs of the pool that day',
+    longest_hold_s Float64 COMMENT 'the longest pool_holds.hold_s among them (whole hold, not the day part)',
+    longest_hold_job String, computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(day) ORDER BY (cluster, day, pool, team)
+TTL day + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.IDLE_ALLOCATIONS: f"""
+CREATE TABLE IF NOT EXISTS idle_allocations (
+    cluster LowCardinality(String), job_id String, team LowCardinality(String), pool LowCardinality(String),
+    node String, gpu Int32,
+    idle_from DateTime64(3, 'UTC'), idle_to DateTime64(3, 'UTC'),
+    idle_s Float64 COMMENT 'held without activity, >= [analyzer].idle_reclaim_after_s',
+    reclaimable_s Float64 COMMENT 'idle_s - idle_reclaim_after_s: what reclaiming at the threshold frees',
+    gpu_hours Float64 COMMENT 'idle_s / 3600',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(idle_from) ORDER BY (cluster, job_id, node, gpu, idle_from)
+TTL toDateTime(idle_from) + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.STRAGGLER_EPISODES: f"""
+CREATE TABLE IF NOT EXISTS straggler_episodes (
+    cluster LowCardinality(String), job_id String,
+    rank Int64, node String, gpu Int32 COMMENT 'the rank''s GPU index, -1 when its step events name none',
+    start DateTime('UTC') COMMENT 'first window of the episode',
+    end DateTime('UTC') COMMENT 'end of its last window',
+    kind LowCardinality(String) COMMENT 'persistent (>= straggler_persistent_fraction) | transient',
+    steps UInt64 COMMENT 'the rank''s steps in the episode',
+    slowdown_pct Float64 COMMENT '100 (median compute / gang median compute - 1)',
+    score Float64 COMMENT 'gang median / rank median compute (nvidia-resiliency-ext): 1 healthy',
+    gross Bool COMMENT 'score below [analyzer].straggler_score',
+    cost_gpu_seconds Float64 COMMENT 'the rest of the gang''s comm_stall attributed to it',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(start) ORDER BY (cluster, job_id, rank, start)
+TTL start + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.JOB_PLACEMENT: """
+CREATE TABLE IF NOT EXISTS job_placement (
+    cluster LowCardinality(String), job_id String, team LowCardinality(String), pool LowCardinality(String),
+    nodes UInt32 COMMENT 'distinct nodes the job held (all attempts)',
+    leaves UInt32 COMMENT 'distinct leaf switches of those nodes',
+    racks UInt32 COMMENT 'distinct racks (0 without [topology.racks])',
+    crosses_spine Bool COMMENT 'leaves > 1: its collectives cross a switch above the leaves',
+    top_switch String COMMENT 'lowest switch above all its nodes; empty when unmapped or in separate trees',
+    unmapped_nodes UInt32 COMMENT 'nodes the topology does not name',
+    allocated_gpu_s Float64, comm_stall_gpu_s Float64,
+    comm_stall_pct Float64 COMMENT '100 comm_stall / allocated, from goodput_windows',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree ORDER BY (cluster, job_id)""",
 }
 
 
@@ -246,6 +385,17 @@ SHARD_KEYS: dict[str, str] = {
     catalog.JOB_SUMMARY: "cityHash64(job_id)",
     catalog.TEAM_DAY: "cityHash64(team)",
     catalog.SCHEDULING_DELAY: "cityHash64(job_id)",
+    catalog.FAULTS: "cityHash64(job_id)",
+    catalog.FAULT_REPEATS: "cityHash64(node)",
+    catalog.DIM_TOPOLOGY: "cityHash64(node)",
+    catalog.QUEUE_DELAY_DAY: "cityHash64(key)",
+    catalog.POOL_CAPACITY: "cityHash64(pool)",
+    catalog.POOL_FRAGMENTATION: "cityHash64(pool)",
+    catalog.POOL_HOLDS: "cityHash64(job_id)",
+    catalog.POOL_TEAM_DAY: "cityHash64(team)",
+    catalog.IDLE_ALLOCATIONS: "cityHash64(job_id)",
+    catalog.JOB_PLACEMENT: "cityHash64(job_id)",
+    catalog.STRAGGLER_EPISODES: "cityHash64(job_id)",
 }
 """How Distributed tables spread rows over shards. Deterministic, never rand(): a retried insert splits
 the same way, so each shard sees the same block again and drops it by its deduplication token. Raw

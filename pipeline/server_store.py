@@ -33,7 +33,7 @@ import pyarrow as pa
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from contracts.config import ConfigError, StoreServerConfig
-from pipeline.store import StoreError, first_line
+from pipeline.store import Params, StoreError, first_line
 
 log = logging.getLogger("goodput.store.server")
 
@@ -50,6 +50,8 @@ AUTH_CODES = {
     194: "password required",
     516: "authentication failed",
 }
+PARAMS_VERSION = (22, 8)
+"""The first ClickHouse that takes query parameters over the native protocol."""
 UNKNOWN_DATABASE = 81
 UNKNOWN_STATUS_OF_INSERT = 319
 TRANSIENT_CODES = {
@@ -139,12 +141,14 @@ class ServerStore:
         self.address = config.address
         self.database = config.database
         self.cluster = config.cluster or None
-        settings = {}
+        # Query parameters go to the server as parameters ({name:Type} in the SQL), not substituted
+        # into the text by the driver: the server reads each value as data (pipeline.store.Params).
+        settings: dict[str, int | bool] = {"server_side_params": True}
         if self.cluster:
             # A returned insert is on the shards (not queued on this server's disk), and IN/JOIN
             # subqueries are computed once here and shipped: the analyzers' reads over Distributed
             # tables then see the same rows as on one server.
-            settings = {"insert_distributed_sync": 1, "prefer_global_in_and_join": 1}
+            settings |= {"insert_distributed_sync": 1, "prefer_global_in_and_join": 1}
         self._client = Client(
             host=config.host,
             port=config.effective_port,
@@ -189,15 +193,29 @@ class ServerStore:
                 "older servers"
             )
 
-    def execute(self, sql: str) -> None:
+    def _parameters(self, sql: str, params: Params | None) -> Params | None:
+        """`params` for a server that takes them (22.8 brought query parameters to the native protocol).
+        An older one gets a StoreError: never a fallback that writes the values into the SQL text."""
+        if params and self.version < PARAMS_VERSION:
+            raise StoreError(
+                f"ClickHouse at {self.address} is version {self.version_text}; query parameters need "
+                f"ClickHouse >= {'.'.join(map(str, PARAMS_VERSION))} [{first_line(sql)}]"
+            )
+        return params
+
+    def execute(self, sql: str, params: Params | None = None) -> None:
         """Runs a statement. An INSERT ... SELECT cut off after it reached the server is not retried: it
         may have been applied, and the analyzers' output tables do not deduplicate, so the caller must
         rerun its whole step (the analyzers replace their range). Everything else goodput executes is
         idempotent by form (IF NOT EXISTS, DELETE/TRUNCATE, CREATE OR REPLACE) and is retried."""
-        self._call(sql, lambda s: self._client.execute(s), retry_after_send=not _INSERT_SELECT.match(sql))
+        params = self._parameters(sql, params)
+        self._call(
+            sql, lambda s: self._client.execute(s, params), retry_after_send=not _INSERT_SELECT.match(sql)
+        )
 
-    def query_arrow(self, sql: str) -> pa.Table:
-        return self._call(sql, lambda s: self._client.query_arrow(s, field_metadata=False))
+    def query_arrow(self, sql: str, params: Params | None = None) -> pa.Table:
+        params = self._parameters(sql, params)
+        return self._call(sql, lambda s: self._client.query_arrow(s, params, field_metadata=False))
 
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
         """Columnar insert of `data` (one block up to 1,048,576 rows, so one part: all or nothing).

@@ -8,6 +8,7 @@ tables: columnar end to end, no per-row Python objects on the hot path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # only for annotations: the agent imports StoreError without loading Arrow
@@ -22,16 +23,34 @@ class StoreLocked(StoreError):
     """Another process owns the chDB directory."""
 
 
-class Store(Protocol):
-    def execute(self, sql: str) -> None: ...
+Params = Mapping[str, str | int | float]
+"""Query parameters: `{name:Type}` in the SQL, the value here. Every value that comes from outside the
+program (a team, a job id, a cluster name, a command-line filter) reaches SQL this way, never by
+formatting it into the text: the server parses the statement first and reads the value as data, so a
+quote in it cannot end a literal (docs/security.md)."""
 
-    def query_arrow(self, sql: str) -> pa.Table: ...
+
+class Store(Protocol):
+    def execute(self, sql: str, params: Params | None = None) -> None: ...
+
+    def query_arrow(self, sql: str, params: Params | None = None) -> pa.Table: ...
 
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
         """Appends rows; a repeated non-empty `dedup_token` for the same table inserts nothing."""
         ...
 
     def close(self) -> None: ...
+
+
+def quote(value: str) -> str:
+    """A ClickHouse string literal: job ids come from the raw data or a command line, quotes and
+    backslashes included.
+
+    Only where a value cannot be a query parameter (Params): the analyzers' `alive_jobs` spells ids into
+    DELETEs that run ON CLUSTER on replicated tables, which must be self-contained statements. Escaping
+    `\\` and `'` is all a ClickHouse quoted string needs (tests/clickhouse/test_injection.py reads such
+    ids back unchanged)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def first_line(sql: str) -> str:

@@ -189,7 +189,7 @@ SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
 FROM tmp_alloc CROSS JOIN old
 ;;
 -- 3c. The real start of attempts whose `running` is coarse: a scheduler (Slurm, Kubernetes) that reports it
---     when the containers start, in the same millisecond as gang_complete or from a slurm/volcano/kueue
+--     when the containers start, in the same millisecond as gang_complete or from a source in {coarse_running_sources}
 --     source. Then the first training step (step events: its end minus its duration) marks the start;
 --     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
 --     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
@@ -200,7 +200,7 @@ att AS (
            if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
     FROM (SELECT job_id, attempt, t FROM tmp_events AS e
           WHERE event = 'running'
-            AND (source IN ('slurm', 'volcano', 'kueue')
+            AND (has({coarse_running_sources}, source)
                  OR (job_id, attempt, t) IN (SELECT job_id, attempt, t FROM tmp_events WHERE event = 'gang_complete'))
          ) AS r
     ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
@@ -361,25 +361,48 @@ GROUP BY job_id, node, gpu, wi
 ;;
 -- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
 --    job stalled most of the time still has productive seconds that show its level), exact on the 0.01 %
---    histogram: first p = the {healthy_quantile} quantile (the sample of rank ceil(q n)); then b* = the
---    (lower) median of the seconds at or above {healthy_cutoff} x p, i.e. of the healthy seconds. The
---    median rather than the percentile itself keeps sample noise from inflating every stall.
-CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
-SELECT job_id, ks[arrayFirstIndex(x -> x >= before + intDiv(m + 1, 2), cs)] / 100 AS b_star, b_mean
+--    histogram: first p = the {healthy_quantile} quantile (the sample of rank ceil(q n)); the seconds at
+--    or above {healthy_cutoff} x p are the healthy ones; b* is the middle of their shortest half (the
+--    narrowest range of levels holding half of them, ties to the lowest). Their median would be biased
+--    high by the cut through the noise below; the densest half sits on the level itself.
+--    The job's sample noise sigma is read off the healthy seconds above b*, which no stall reaches: the
+--    value exceeded by 0.3173 of them (P(Z > 1) / P(Z > 0) for normal noise) minus b*.
+CREATE OR REPLACE TABLE tmp_healthy_hist ENGINE = Memory AS
+SELECT job_id, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m,
+       sum_b / n_all / 1000 AS b_mean
 FROM (
     SELECT job_id, sumMap(hist.1, hist.2) AS h, h.1 AS ks, h.2 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
            ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
            arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0,
-           cs[i0] - c0[i0] AS before, n - before AS m,
-           sum(bsum) / sum(tmp_run_gpu.n) / 1000 AS b_mean
+           sum(bsum) AS sum_b, sum(tmp_run_gpu.n) AS n_all
     FROM tmp_run_gpu GROUP BY job_id
 )
 ;;
--- 9. Evidence per (node, window). Storage: the node's own I/O pressure, or its pool's storage at the
---    ceiling *and* this node among those reading it (at least half the pool's mean read rate per node:
---    a job starved by another reads less than the hog, but not nothing), so a pool at its ceiling does
---    not mark the nodes of jobs that hardly read. Fabric: congestion on any
---    port of the node (xmit_wait, ECN marks, CNPs sent or handled) or transmit near line rate.
+CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
+WITH levels AS (  -- one row per healthy level: seconds below it, and up to and including it
+    SELECT job_id, ks[i] AS key, cs[i] - c0[i] - before AS below, cs[i] - before AS upto,
+           below + intDiv(m + 1, 2) AS half_end
+    FROM tmp_healthy_hist ARRAY JOIN arrayEnumerate(ks) AS i
+    WHERE i >= i0
+),
+shortest AS (
+    SELECT lo.job_id AS job_id, argMin((lo.key + hi.key) / 2, (hi.key - lo.key, lo.key)) AS mid
+    FROM levels AS lo ASOF INNER JOIN levels AS hi ON lo.job_id = hi.job_id AND lo.half_end <= hi.upto
+    GROUP BY lo.job_id
+)
+SELECT h.job_id AS job_id, s.mid / 100 AS b_star, h.b_mean AS b_mean,
+       arrayFirstIndex(k -> k >= s.mid, h.ks) AS i_star,
+       h.n - (h.cs[i_star] - h.c0[i_star]) AS n_up,
+       h.ks[arrayFirstIndex(x -> x >= h.n - toUInt64(ceil(0.3173 * n_up)) + 1, h.cs)] / 100 - b_star AS sigma
+FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
+;;
+-- 9. Evidence strength per (node, window): each signal over its threshold, so 1 is the threshold and the
+--    strongest signal of a kind counts. Storage: the node's own I/O pressure, or its pool's storage read
+--    rate over the ceiling *if* this node is among those reading it (at least {storage_reader_fraction} of the pool's mean read
+--    rate per node: a job starved by another reads less than the hog, but not nothing), so a pool at its
+--    ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any port of the node
+--    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
+--    evidence (at or above threshold, or risen with the stall: 11a).
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
@@ -410,23 +433,26 @@ net AS (
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )
-SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi,
-       ifNull(ps.ratio, 0) >= {storage_saturation} AND ifNull(s.read_rate, 0) > 0
-           AND ifNull(s.read_rate, 0) >= 0.5 * ps.mean_read AS pool_ev,
-       (pool_ev OR ifNull(s.psi, 0) >= {psi_some_pct}) AS storage_ev,
-       (ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
-        OR ifNull(n.cnp, 0) >= {cnp_per_s} OR ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}) AS net_ev,
-       multiIf(pool_ev, concat('storage of pool ', d.pool, ' at ',
-               toString(round(ps.ratio * 100)), '% of its ceiling'),
-               ifNull(s.psi, 0) >= {psi_some_pct}, concat('I/O pressure ', toString(round(s.psi)), '% on ', s.node),
-               '') AS storage_why,
-       multiIf(ifNull(n.xmit_wait, 0) >= {xmit_wait_per_s} OR ifNull(n.ecn, 0) >= {ecn_marked_per_s}
-               OR ifNull(n.cnp, 0) >= {cnp_per_s}, concat('fabric congestion at ', n.node),
-               ifNull(n.line_frac, 0) >= {nic_line_rate_fraction}, concat('NIC line rate at ', n.node), '') AS net_why
-FROM storage AS s
-FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
-LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
-LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi
+SELECT node, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
+       if(s_pool >= s_psi, concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)),
+                                  '% of its ceiling'),
+          concat('I/O pressure ', toString(round(psi)), '% on ', node)) AS storage_why,
+       if(s_congestion >= s_line, concat('fabric congestion at ', node), concat('NIC line rate at ', node)) AS net_why
+FROM (
+    SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi, ifNull(d.pool, '') AS pool,
+           ifNull(ps.ratio, 0) AS pool_ratio, ifNull(s.psi, 0) AS psi,
+           if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= {storage_reader_fraction} * ps.mean_read,
+              pool_ratio / {storage_saturation}, 0) AS s_pool,
+           psi / greatest({psi_some_pct}, 1e-9) AS s_psi,
+           greatest(ifNull(n.xmit_wait, 0) / greatest({xmit_wait_per_s}, 1e-9),
+                    ifNull(n.ecn, 0) / greatest({ecn_marked_per_s}, 1e-9),
+                    ifNull(n.cnp, 0) / greatest({cnp_per_s}, 1e-9)) AS s_congestion,
+           ifNull(n.line_frac, 0) / {nic_line_rate_fraction} AS s_line
+    FROM storage AS s
+    FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
+    LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
+    LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi
+)
 SETTINGS join_use_nulls = 1
 ;;
 -- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
@@ -435,56 +461,194 @@ SELECT job_id, wi, arraySort(groupArrayIf((node, gpu), bitAnd(thr, {straggler_ma
        concat('straggler ', first.1, ' GPU ', toString(first.2)) AS why
 FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}) != 0) > 0
 ;;
--- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle (12).
---    The lost share l of each (job, GPU, window) of running time. Seconds below
---    {stalled_second_fraction} x b* did no work: each is lost whole (a GPU waiting on data or on a
---    collective still shows a few % SM, which a mean would credit as work). The other ("live") seconds
---    lose 1 - b_live/b*, taken as 0 below {healthy_tolerance}. The dead seconds are read off the
---    window's 0.01 % histogram.
-CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
-WITH loss AS (
-    SELECT job_id, node, gpu, wi, n,
-           greatest(ifNull(b_star, 0), 1e-6) AS bs,
-           {stalled_second_fraction} * bs * 100 AS dead_key,
-           arrayMap(k -> toInt64(ifNull(k, 0)), hist.1) AS keys,  -- histogram keys: never null (bm IS NOT NULL)
-           arraySum(arrayMap((k, c) -> if(k < dead_key, c, toUInt64(0)), keys, hist.2)) AS n_dead,
-           arraySum(arrayMap((k, c) -> if(k < dead_key, k * toInt64(c), toInt64(0)), keys, hist.2)) / 100 AS b_dead_sum,
-           if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
-           if(1 - b_live / bs < {healthy_tolerance}, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
-           (n_dead + (n - n_dead) * l_live) / n AS l
-    FROM tmp_run_gpu INNER JOIN tmp_healthy USING job_id
+-- 10a. The training loop's own account, where ranks report step events: per (job, window), the share of
+--    the reporting ranks' step time spent waiting for data and for communication *beyond the job's
+--    usual* (its lower quartile per step: a healthy step also reads a little and overlaps some comm),
+--    each step's time prorated over the windows it spans. A synchronous gang waits together, so it
+--    stands for the job's ranks that do not report.
+CREATE OR REPLACE TABLE tmp_step_split ENGINE = Memory AS
+WITH
+steps AS (
+    SELECT job_id, rank, toUnixTimestamp64Milli(ts) - {node_offset_ms} AS t1,
+           greatest(toInt64(round(duration_ms)), 1) AS d, t1 - d AS t0,
+           ifNull(data_ms, 0) / d AS fd, ifNull(comm_ms, 0) / d AS fc
+    FROM raw_step FINAL
+    WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events) AND duration_ms > 0
+      AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
+      AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))
+),
+usual AS (
+    SELECT job_id, quantileExactLow(0.25)(fd) AS ud, quantileExactLow(0.25)(fc) AS uc FROM steps GROUP BY job_id
+),
+excess AS (
+    SELECT s.job_id AS job_id, s.rank AS rank, s.t0 AS t0, s.t1 AS t1,
+           greatest(0.0, s.fd - u.ud) AS xd, greatest(0.0, s.fc - u.uc) AS xc
+    FROM steps AS s INNER JOIN usual AS u ON s.job_id = u.job_id
 )
-SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
-       if(g.n = 0, 1.0, g.l) AS l,
-       g.n = 0 AS no_data,
-       ifNull(e.storage_ev, 0) AS d_ev,
-       ifNull(e.net_ev, 0) OR st.why != '' AS c_ev,
-       ifNull(e.storage_why, '') AS d_why,
-       if(st.why != '', st.why, ifNull(e.net_why, '')) AS c_why
-FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
-LEFT JOIN loss AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
-LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
-LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
+SELECT job_id, wi, sum(ov * xd) / sum(ov) AS f_data, sum(ov * xc) / sum(ov) AS f_comm,
+       uniqExact(rank) AS ranks
+FROM (
+    SELECT job_id, rank, xd, xc, wi, least(t1, (wi + 1) * {W}) - greatest(t0, wi * {W}) AS ov
+    FROM excess
+    ARRAY JOIN range(toInt64(intDiv(t0, {W})), toInt64(intDiv(t1 - 1, {W}) + 1)) AS wi
+)
+GROUP BY job_id, wi
 ;;
--- 12. All categorised seconds per (job, node, window, category, evidence).
--- 12. A GPU with no samples at all while running (its agent or node down) is classified as its gang in
---     that window: the job's other GPUs that did report, split the same way (a synchronous gang moves in
---     lockstep: had the silent node stalled, its peers would wait). With no peer reporting (a one-node
---     job, a whole gang silent) it is idle, "no telemetry from node".
+-- 10b. Stragglers from step events (compare nvidia-resiliency-ext: gang median / rank median compute).
+--    Per step, the gang's median compute time; per (job, rank, window of its steps' ends) the rank's
+--    median ratio to it. A window's straggler is its slowest rank at least {straggler_min_slowdown} over
+--    the median (ties to the lowest rank): a synchronous gang waits for it at every collective, so a
+--    rank persistently 5 % slower costs every other GPU 5 %. Consecutive windows of the same straggler
+--    are an episode, kept with at least {straggler_min_steps} steps, so one noisy step (or a few) is
+--    not one; the medians keep ranks whose differences are noise under the threshold.
+CREATE OR REPLACE TABLE tmp_straggler_windows ENGINE = Memory AS
+WITH
+steps AS (
+    SELECT job_id, ifNull(attempt, 0) AS attempt, step, rank, node, toInt32(ifNull(gpu, -1)) AS gpu,
+           toUnixTimestamp64Milli(ts) - {node_offset_ms} AS t1, toFloat64(duration_ms) AS d,
+           toFloat64(compute_ms) AS c
+    FROM raw_step FINAL
+    WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events) AND compute_ms > 0
+      AND duration_ms > 0
+      AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
+      AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))
+),
+gang AS (
+    SELECT job_id, attempt, step, quantileExactLow(0.5)(c) AS m FROM steps
+    GROUP BY job_id, attempt, step HAVING count() >= 2
+),
+per_rank AS (
+    SELECT s.job_id AS job_id, s.rank AS rank, any(s.node) AS node, any(s.gpu) AS gpu, intDiv(s.t1 - 1, {W}) AS wi,
+           quantileExactLow(0.5)(s.c / g.m) AS ratio, count() AS steps, sum(s.c - g.m) AS extra_ms, sum(s.d) AS step_ms
+    FROM steps AS s INNER JOIN gang AS g ON s.job_id = g.job_id AND s.attempt = g.attempt AND s.step = g.step
+    GROUP BY job_id, rank, wi
+)
+SELECT job_id, wi, w.1 AS rank, w.2 AS node, w.3 AS gpu, w.4 AS ratio, w.5 AS steps,
+       greatest(0.0, w.6 / w.7) AS f_wait
+FROM (
+    SELECT job_id, wi, argMax((rank, node, gpu, ratio, steps, extra_ms, step_ms), (ratio, -rank)) AS w
+    FROM per_rank GROUP BY job_id, wi
+)
+WHERE ratio >= 1 + {straggler_min_slowdown}
+;;
+-- Episodes: runs of consecutive windows with the same straggler (wi - its row number is constant along
+-- a run); persistent where the run covers {straggler_persistent_fraction} of the job's step windows.
+CREATE OR REPLACE TABLE tmp_straggler_episodes ENGINE = Memory AS
+SELECT e.job_id AS job_id, e.rank AS rank, e.node AS node, e.gpu AS gpu, e.wi_lo AS wi_lo, e.wi_hi AS wi_hi,
+       e.steps AS steps, e.ratio AS ratio,
+       if(e.wi_hi - e.wi_lo + 1 >= {straggler_persistent_fraction} * j.windows, 'persistent', 'transient') AS kind
+FROM (
+    SELECT job_id, rank, any(node) AS node, any(gpu) AS gpu, min(wi) AS wi_lo, max(wi) AS wi_hi,
+           sum(steps) AS steps, quantileExactLow(0.5)(ratio) AS ratio
+    FROM (SELECT *, wi - row_number() OVER (PARTITION BY job_id, rank ORDER BY wi) AS run FROM tmp_straggler_windows)
+    GROUP BY job_id, rank, run
+    HAVING steps >= {straggler_min_steps}
+) AS e
+INNER JOIN (SELECT job_id, uniqExact(wi) AS windows FROM tmp_step_split GROUP BY job_id) AS j ON e.job_id = j.job_id
+;;
+-- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle (12).
+--    The lost share l of each (job, GPU, window) of running time. Seconds below the dead level did no
+--    work: each is lost whole (a GPU waiting on data or on a collective still shows a few % SM, which a
+--    mean would credit as work). The dead level is {stalled_second_fraction} x b*, or {noise_z} sigma
+--    where the job's noise is larger (one noisy second cannot tell less than that from nothing). The
+--    other ("live") seconds lose 1 - b_live/b*, taken as 0 below the tolerance: {healthy_tolerance}, or
+--    {noise_z} x the noise of the window's live mean (sigma / sqrt(live seconds)) over b* where that is
+--    larger, so noise alone never makes a loss. The dead seconds are read off the window's histogram.
+CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS
+SELECT job_id, node, gpu, wi, n,
+       greatest(ifNull(b_star, 0), 1e-6) AS bs,
+       greatest({stalled_second_fraction} * bs, {noise_z} * sigma) * 100 AS dead_key,
+       arrayMap(k -> toInt64(ifNull(k, 0)), hist.1) AS keys,  -- histogram keys: never null (bm IS NOT NULL)
+       arraySum(arrayMap((k, c) -> if(k < dead_key, c, toUInt64(0)), keys, hist.2)) AS n_dead,
+       arraySum(arrayMap((k, c) -> if(k < dead_key, k * toInt64(c), toInt64(0)), keys, hist.2)) / 100 AS b_dead_sum,
+       if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
+       greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(greatest(1, n - n_dead)) / bs) AS tolerance,
+       if(1 - b_live / bs < tolerance, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
+       (n_dead + (n - n_dead) * l_live) / n AS l
+FROM tmp_run_gpu INNER JOIN tmp_healthy USING job_id
+;;
+-- 11a. Each (job, node)'s evidence level while healthy: the (lower) median strength of each kind over the
+--    windows in which none of the job's GPUs on the node lost anything, given at least
+--    {evidence_baseline_windows} of them. A stall whose evidence is under the threshold but at least
+--    {evidence_floor} of it and {evidence_rise} x that level has evidence all the same: the signal rose
+--    with the stall (a fixed threshold cannot get both sides of its edge right).
+CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = Memory AS
+SELECT h.job_id AS job_id, h.node AS node,
+       quantileExactLow(0.5)(ifNull(e.s_d, 0)) AS base_d, quantileExactLow(0.5)(ifNull(e.s_c, 0)) AS base_c,
+       toUInt8(1) AS known
+FROM (SELECT job_id, node, wi FROM tmp_loss GROUP BY job_id, node, wi HAVING max(l) = 0) AS h
+LEFT JOIN tmp_node_evidence AS e ON h.node = e.node AND h.wi = e.wi
+GROUP BY h.job_id, h.node
+HAVING count() >= {evidence_baseline_windows}
+SETTINGS join_use_nulls = 1
+;;
+-- 11b. Each (job, GPU, window) of running time: its lost share l and how l splits (p_data + p_comm +
+--    p_idle = 1). In a straggler episode (10b) the other GPUs' comm wait is the straggler's extra compute
+--    per step (the steps' own comm excess is measured against a usual the straggler skews) and its own
+--    GPU has none. Step events win where the job's reporting ranks waited at least {step_wait_min} of
+--    their step time beyond their usual (10a): l is at least that wait (a rank spinning in NCCL still shows
+--    SM activity), and it splits as the steps waited. Elsewhere the counters decide: a kind is evidence at
+--    or above its threshold (strength 1), or risen with the stall (11a); a straggler of the job (10) is
+--    comm evidence of strength 1; both kinds split l by strength ({evidence_split} = 'strength') or half
+--    each ('even'); neither, and l is idle.
+CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
+SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
+       g.n = 0 AS no_data,
+       sg.hit = 1 AS in_episode, in_episode AND w.node = sg.node AND w.gpu = sg.gpu AS own,
+       if(in_episode AND NOT own, sg.rank, -1) AS straggler_rank,
+       ifNull(sp.f_data, 0) AS f_data,
+       multiIf(own, 0.0, in_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
+       f_data + f_comm AS f_step,
+       f_step >= {step_wait_min} AS by_steps,
+       if(g.n = 0, 1.0, if(by_steps, greatest(g.l, least(1.0, f_step)), g.l)) AS l,
+       ifNull(e.s_d, 0) AS s_d,
+       greatest(ifNull(e.s_c, 0), if(st.why != '', 1.0, 0.0)) AS s_c,
+       s_d >= 1 OR (s_d >= {evidence_floor} AND s_d >= {evidence_rise} * if(b.known = 1, b.base_d, inf)) AS d_ev,
+       s_c >= 1 OR (s_c >= {evidence_floor} AND s_c >= {evidence_rise} * if(b.known = 1, b.base_c, inf)) AS c_ev,
+       multiIf(by_steps, f_data / f_step, d_ev AND c_ev,
+               if('{evidence_split}' = 'even', 0.5, s_d / (s_d + s_c)), d_ev, 1.0, 0.0) AS p_data,
+       multiIf(by_steps, f_comm / f_step, c_ev, 1.0 - p_data, 0.0) AS p_comm,
+       if(by_steps OR d_ev OR c_ev, 0.0, 1.0) AS p_idle,
+       if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
+          concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
+                 '% of its threshold, risen with the stall)'), ''))) AS d_why,
+       multiIf(straggler_rank >= 0, concat('straggler ', sg.node, ' GPU ', toString(sg.gpu), ' (rank ',
+                   toString(sg.rank), ', ', toString(round((sg.ratio - 1) * 100, 1)), '% slower)'),
+               by_steps, concat('step events of ', toString(sp.ranks), ' ranks: communication wait'),
+               st.why != '', st.why,
+               concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
+                      '% of its threshold, risen with the stall)'), ''))) AS c_why
+FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
+LEFT JOIN tmp_loss AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
+LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
+LEFT JOIN tmp_evidence_base AS b ON w.job_id = b.job_id AND w.node = b.node
+LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
+LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
+LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.rank AS rank, sw.node AS node, sw.gpu AS gpu,
+                  sw.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
+           FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
+               ON sw.job_id = e.job_id AND sw.rank = e.rank AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
+    ON w.job_id = sg.job_id AND w.wi = sg.wi
+;;
+-- 12. All categorised seconds per (job, node, window, category, evidence). A GPU with no samples at all
+--     while running (its agent or node down) is classified as its gang in that window: the job's other
+--     GPUs that did report, split the same way (a synchronous gang moves in lockstep: had the silent node
+--     stalled, its peers would wait). With no peer reporting (a one-node job, a whole gang silent) it is
+--     idle, "no telemetry from node".
 CREATE OR REPLACE TABLE tmp_classified ENGINE = Memory AS
 WITH
 heard AS (
     SELECT job_id, node, wi, 'productive' AS category, '' AS evidence, secs * (1 - l) AS secs
     FROM tmp_run_split WHERE NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'data_stall', d_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
-    FROM tmp_run_split WHERE l > 0 AND d_ev AND NOT no_data
+    SELECT job_id, node, wi, 'data_stall', d_why, secs * l * p_data
+    FROM tmp_run_split WHERE l > 0 AND p_data > 0 AND NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * if(d_ev AND c_ev, 0.5, 1.0)
-    FROM tmp_run_split WHERE l > 0 AND c_ev AND NOT no_data
+    SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * p_comm
+    FROM tmp_run_split WHERE l > 0 AND p_comm > 0 AND NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'idle', 'below healthy level, no evidence', secs * l
-    FROM tmp_run_split WHERE l > 0 AND NOT (d_ev OR c_ev) AND NOT no_data
+    SELECT job_id, node, wi, 'idle', 'below healthy level, no evidence', secs * l * p_idle
+    FROM tmp_run_split WHERE l > 0 AND p_idle > 0 AND NOT no_data
 ),
 gang AS (
     SELECT job_id, wi, category, evidence, sum(secs) / sum(sum(secs)) OVER (PARTITION BY job_id, wi) AS share

@@ -31,14 +31,14 @@ WHERE w.cluster = '{cluster}'
 GROUP BY w.job_id
 ;;
 DELETE FROM {delete_from[team_day]} WHERE cluster = '{cluster}'
-    AND day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000)))
+    AND day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000), 'UTC')) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000), 'UTC'))
 ;;
 INSERT INTO team_day (cluster, day, team, pool, category, gpu_hours, cost)
 SELECT '{cluster}', toDate(window_start) AS day, team, pool, category,
        sum(toInt64(round(gpu_seconds * 1e6))) / 1e6 / 3600, sum(toInt64(round(cost * 1e9))) / 1e9
 FROM goodput_windows
 WHERE cluster = '{cluster}'
-  AND day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000))) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000)))
+  AND day >= toDate(toDateTime(intDiv(toInt64({day_lo}), 1000), 'UTC')) AND day <= toDate(toDateTime(intDiv(toInt64({day_hi}), 1000), 'UTC'))
 GROUP BY day, team, pool, category
 ;;
 DELETE FROM {delete_from[scheduling_delay]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})

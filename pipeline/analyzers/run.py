@@ -1,5 +1,7 @@
 """Runs the analyzer SQL over a time range: refreshes the dimension tables from the config, then
-classifies every allocated GPU-second (goodput.sql) and rolls it up (rollups.sql).
+classifies every allocated GPU-second (goodput.sql), rolls it up (rollups.sql), lists the faults, what
+each cost and the repeat offenders (faults.sql), and derives the fleet views: queue delay, capacity,
+fragmentation, pool holds, idle allocations, placement (fleet.sql).
 
 Re-running a range replaces its outputs, so a late batch or a changed config is fixed by running the
 range again. Replacing means deleting rows first; on the cluster layout (pipeline/ddl.py) those deletes
@@ -24,7 +26,7 @@ from contracts import catalog
 from contracts.config import Config
 from pipeline import ddl
 from pipeline.progress import Progress
-from pipeline.store import Store, first_line
+from pipeline.store import Store, first_line, quote
 
 log = logging.getLogger("goodput.analyzers")
 HERE = Path(__file__).parent
@@ -40,13 +42,36 @@ TEMP_TABLES = (
     "tmp_pieces",
     "tmp_piece_windows",
     "tmp_run_gpu",
+    "tmp_healthy_hist",
     "tmp_healthy",
     "tmp_node_evidence",
     "tmp_stragglers",
+    "tmp_step_split",
+    "tmp_straggler_windows",
+    "tmp_straggler_episodes",
+    "tmp_loss",
+    "tmp_evidence_base",
     "tmp_run_split",
     "tmp_classified",
 )
-OUTPUT_TABLES = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
+OUTPUT_TABLES = (
+    catalog.GOODPUT_WINDOWS,
+    catalog.JOB_SUMMARY,
+    catalog.TEAM_DAY,
+    catalog.SCHEDULING_DELAY,
+    catalog.FAULTS,
+    catalog.FAULT_REPEATS,
+    catalog.STRAGGLER_EPISODES,
+    catalog.QUEUE_DELAY_DAY,
+    catalog.POOL_CAPACITY,
+    catalog.POOL_FRAGMENTATION,
+    catalog.POOL_HOLDS,
+    catalog.POOL_TEAM_DAY,
+    catalog.IDLE_ALLOCATIONS,
+    catalog.JOB_PLACEMENT,
+)
+SQL_FILES = ("rollups.sql", "faults.sql", "stragglers.sql", "fleet.sql")
+"""Run in this order after goodput.sql, in the same run: they read its temp tables."""
 ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
 JOBS_PER_DELETE = 1000
 """Job ids spelled out per DELETE on a cluster: ~20 KB of SQL for Slurm-style ids, far below the servers'
@@ -57,6 +82,8 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
     """Writes the config's pools, nodes, prices and team mapping where the SQL can join them."""
     nodes = [(n, p) for p in cfg.pools for n in p.nodes]
     tiers = cfg.network_tiers
+    placed, racks = cfg.topology.placements(), cfg.topology.rack_of()
+    mapped = sorted(set(placed) | set(racks))
     tables = {
         catalog.DIM_NODES: pa.table(
             {
@@ -81,6 +108,17 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
                 "gpus": pa.array([len(p.nodes) * p.gpus_per_node for p in cfg.pools], pa.uint32()),
                 "storage_ceiling_bytes_per_s": [p.storage_ceiling_bytes_per_s for p in cfg.pools],
                 "oversubscription": [tiers[p.network_tier].oversubscription for p in cfg.pools],
+            }
+        ),
+        catalog.DIM_TOPOLOGY: pa.table(
+            {
+                "node": mapped,
+                "leaf": [placed[n].leaf if n in placed else "" for n in mapped],
+                "spine": [placed[n].spine if n in placed else "" for n in mapped],
+                "path": pa.array(
+                    [list(placed[n].path) if n in placed else [] for n in mapped], pa.list_(pa.string())
+                ),
+                "rack": [racks.get(n, "") for n in mapped],
             }
         ),
         catalog.DIM_ACCOUNTS: pa.table(
@@ -117,22 +155,36 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "healthy_cutoff": repr(float(a.healthy_cutoff)),
         "healthy_tolerance": repr(float(a.healthy_tolerance)),
         "stalled_second_fraction": repr(float(a.stalled_second_fraction)),
+        "noise_z": repr(float(a.noise_z)),
         "clock_offset_ms": str(int(round(a.clock_offset_s * 1000))),
         "storage_saturation": repr(float(a.storage_saturation)),
+        "storage_reader_fraction": repr(float(a.storage_reader_fraction)),
+        "coarse_running_sources": "[" + ", ".join(f"'{s}'" for s in a.coarse_running_sources) + "]",
         "psi_some_pct": repr(float(a.psi_some_pct)),
         "nic_line_rate_fraction": repr(float(a.nic_line_rate_fraction)),
         "xmit_wait_per_s": repr(float(a.xmit_wait_per_s)),
         "ecn_marked_per_s": repr(float(a.ecn_marked_per_s)),
         "cnp_per_s": repr(float(a.cnp_per_s)),
+        "evidence_floor": repr(float(a.evidence_floor)),
+        "evidence_rise": repr(float(a.evidence_rise)),
+        "evidence_baseline_windows": str(int(a.evidence_baseline_windows)),
+        "evidence_split": a.evidence_split,
+        "step_wait_min": repr(float(a.step_wait_min)),
+        "straggler_min_slowdown": repr(float(a.straggler_min_slowdown)),
+        "straggler_min_steps": str(int(a.straggler_min_steps)),
+        "straggler_persistent_fraction": repr(float(a.straggler_persistent_fraction)),
+        "straggler_score": repr(float(a.straggler_score)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
+        "fault_evidence_ms": str(int(round(a.fault_evidence_s * 1000))),
+        "repeat_window_ms": str(int(round(a.repeat_window_s * 1000))),
+        "xid_hw": ", ".join(str(c) for c in catalog.XID_CLASSES["xid_hw"]),
+        "xid_app": ", ".join(str(c) for c in catalog.XID_CLASSES["xid_app"]),
+        "bucket": str(int(a.capacity_bucket_s) * 1000),
+        "idle_after_ms": str(int(round(a.idle_reclaim_after_s * 1000))),
+        "idle_busy_milli": str(int(round(a.idle_busy_pct * 1000))),
         "category_columns": ", ".join(f"s_{c}" for c in cats),
         "category_sums": ", ".join(f"sumIf(w.us, w.category = '{c}') / 1e6" for c in cats),
     }
-
-
-def _quote(value: str) -> str:
-    """A ClickHouse string literal: job ids come from the raw data, quotes and backslashes included."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def alive_jobs(store: Store, run_id: str = "") -> list[str]:
@@ -145,7 +197,7 @@ def alive_jobs(store: Store, run_id: str = "") -> list[str]:
     jobs = temp_names(ALIVE_JOBS, run_id)
     if ddl.delete_target(store, catalog.JOB_SUMMARY) is None:
         return [jobs]
-    ids = [_quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
+    ids = [quote(j) for j in store.query_arrow(f"{jobs} ORDER BY job_id").column("job_id").to_pylist()]
     return [", ".join(ids[i : i + JOBS_PER_DELETE]) for i in range(0, len(ids), JOBS_PER_DELETE)]
 
 
@@ -169,12 +221,12 @@ def temp_names(sql: str, run_id: str) -> str:
 def data_end(store: Store, cluster: str) -> int:
     """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
     still open are classified up to here, whatever range is asked for."""
-    where = f"WHERE cluster = {_quote(cluster)}"
+    where = "WHERE cluster = {cluster:String}"
     latest = [
         f"(SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES[k]} {where})"
         for k in ("job", "gpu")
     ]
-    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t")
+    t = store.query_arrow(f"SELECT greatest({', '.join(latest)}) AS t", {"cluster": cluster})
     return int(t.column("t")[0].as_py() or 0)
 
 
@@ -191,6 +243,37 @@ def statements(name: str, params: dict) -> list[str]:
         else:
             out.append(s.format_map(params))
     return out
+
+
+def fleet_ranges(store: Store, params: dict, run_id: str) -> dict[str, str]:
+    """The literal ranges fleet.sql replaces (its header says which table each bounds), read before
+    rollups.sql rewrites scheduling_delay: the days of the alive jobs' submissions, now and as stored
+    before; the capacity buckets of the run's days up to the end of the data; the range's windows up to
+    the end of the data. Literals, as the DELETEs may run ON CLUSTER."""
+    stored = (
+        f"FROM {catalog.SCHEDULING_DELAY} "
+        f"WHERE cluster = {quote(params['cluster'])} AND job_id IN (SELECT job_id FROM tmp_events)"
+    )
+    q = temp_names(
+        "SELECT (SELECT min(t) FROM tmp_events WHERE event = 'submitted') AS new_lo, "
+        "(SELECT max(t) FROM tmp_events WHERE event = 'submitted') AS new_hi, "
+        f"(SELECT min(toUnixTimestamp64Milli(submitted)) {stored}) AS old_lo, "
+        f"(SELECT max(toUnixTimestamp64Milli(submitted)) {stored}) AS old_hi",
+        run_id,
+    )
+    row = {k: v[0] for k, v in store.query_arrow(q).to_pydict().items()}
+    start, end, as_of = int(params["start"]), int(params["end"]), int(params["as_of"])
+    los = [int(params["day_lo"])] + [int(row[k]) for k in ("new_lo", "old_lo") if row[k]]
+    his = [int(params["day_hi"])] + [int(row[k]) for k in ("new_hi", "old_hi") if row[k]]
+    b = int(params["bucket"])
+    cap_lo, cap_hi = int(params["day_lo"]) // b * b, -(-min(int(params["day_hi"]), as_of) // b) * b
+    return {
+        "sub_lo": str(min(los)),
+        "sub_hi": str(max(his)),
+        "cap_lo": str(cap_lo),
+        "cap_hi": str(max(cap_lo, cap_hi)),
+        "frag_hi": str(max(start, min(end, as_of))),
+    }
 
 
 def step_name(sql: str) -> str:
@@ -234,8 +317,11 @@ def run(
         span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
         for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
             params[c] = str(int(span.column(c)[0].as_py()))
-        _execute(store, statements("rollups.sql", params), "rollups.sql", progress)
-        timings["rollups.sql"] = time.perf_counter() - t
+        params.update(fleet_ranges(store, params, run_id))
+        for name in SQL_FILES:
+            _execute(store, statements(name, params), name, progress)
+            timings[name] = time.perf_counter() - t
+            t = time.perf_counter()
     finally:
         for tmp in TEMP_TABLES:
             try:

@@ -8,6 +8,7 @@ to crash it). `read_stream` consumes the agent's topics with an independent cons
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import time
 import urllib.request
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
@@ -37,6 +39,11 @@ def agent_pythonpath() -> str:
     return os.pathsep.join((str(PYNVML_SHIM), str(ROOT)))
 
 
+def toml_table(keys: Mapping[str, object]) -> str:
+    """`key = value` lines of a TOML table (strings, numbers and booleans: their JSON form is TOML)."""
+    return "\n".join(f"{k} = {json.dumps(v)}" for k, v in keys.items())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,9 +60,20 @@ class FixtureNode:
         extra_agent: str = "",
         gpus: int = 8,
         ports: int = 8,
+        kafka: Mapping[str, object] | None = None,
+        env: Mapping[str, str] | None = None,
+        extra_tables: str = "",
+        create_topics: bool = True,
+        run_as: tuple[str, ...] = (),
     ) -> None:
+        """`kafka` adds to or overrides the `[transport.kafka]` keys, `env` to the agent's environment;
+        `extra_tables` is appended to the config (e.g. `[store]`, for a loader reading the same file).
+        Without `create_topics` the caller creates the topics (a secured broker needs an admin for it).
+        `run_as` prefixes the agent's command line (e.g. setpriv, to drop to an unprivileged user)."""
         self.root = root
         self.bootstrap = bootstrap
+        self.env = dict(env or {})
+        self.run_as = run_as
         self.prefix = f"t{uuid.uuid4().hex[:10]}"
         self.metrics_port = free_port()
         self.state_dir = root / "state"
@@ -83,8 +101,7 @@ storage_ceiling_bytes_per_s = 1.0e10
 kind = "kafka"
 topic_prefix = "{self.prefix}"
 [transport.kafka]
-bootstrap = "{bootstrap}"
-reconnect_backoff_max_ms = 1000
+{toml_table({"bootstrap": bootstrap, "reconnect_backoff_max_ms": 1000, **(kafka or {})})}
 [agent]
 node = "{NODE}"
 state_dir = "{self.state_dir}"
@@ -101,17 +118,19 @@ shutdown_timeout_s = 10.0
 gpu = {interval_s}
 nic = {interval_s}
 storage = {interval_s}
+{extra_tables}
 """)
-        ensure_topics(bootstrap, partitions=1, prefix=self.prefix)
+        if create_topics:
+            ensure_topics(bootstrap, partitions=1, prefix=self.prefix)
 
     # ------------------------------------------------------------ the agent process
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=agent_pythonpath(), GOODPUT_FAKE_GPUS=str(self.gpus))
+        env = dict(os.environ, PYTHONPATH=agent_pythonpath(), GOODPUT_FAKE_GPUS=str(self.gpus), **self.env)
         env.pop("GOODPUT_KAFKA_BOOTSTRAP", None)
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "goodput.cli", "agent", "--config", str(self.config)],
+            [*self.run_as, sys.executable, "-m", "goodput.cli", "agent", "--config", str(self.config)],
             cwd=ROOT,
             env=env,
             stdout=self._log,

@@ -20,7 +20,7 @@ from transport.base import InProcessTransport
 T0 = (int(time.time()) // 3600 - 6) * 3_600_000
 SCHED = "sched-01"
 JOB_FIELDS = [f.name for f in KINDS["job"].fields]
-DERIVED = (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.TEAM_DAY, catalog.SCHEDULING_DELAY)
+DERIVED = analyzers.OUTPUT_TABLES
 
 
 def ms(t_s: float) -> int:
@@ -102,6 +102,32 @@ class Scenario:
         cols = {"ts_ms": ts, **{k: [v] * len(ts) for k, v in fields.items()}}
         self._send(kind, node, cols, max(ts))
 
+    def steps(
+        self,
+        node: str,
+        job_id: str,
+        ranks: list[int],
+        t0: int,
+        t1: int,
+        step_s: int = 1,
+        waits: Callable[[int], tuple[float, float]] = lambda s: (5.0, 50.0),
+        first_rank: int = 0,
+    ) -> None:
+        """Step events of `ranks` (rank = first_rank + GPU index on `node`), one step every `step_s`
+        seconds ending at t0 + step_s, ..., t1; waits(end s) -> (data_ms, comm_ms) of the step, the rest
+        compute."""
+        cols: dict[str, list] = defaultdict(list)
+        for i, end in enumerate(range(t0 + step_s, t1 + 1, step_s)):
+            data, comm = waits(end)
+            for g in ranks:
+                duration = step_s * 1000.0
+                row = dict(ts_ms=ms(end), job_id=job_id, rank=first_rank + g, step=i, attempt=1, gpu=g)
+                row["duration_ms"] = duration
+                row.update(data_ms=data, comm_ms=comm, compute_ms=duration - data - comm)
+                for k, v in row.items():
+                    cols[k].append(v)
+        self._send("step", node, dict(cols), max(cols["ts_ms"]))
+
     def load(self, batches=None) -> None:
         transport = InProcessTransport()
         loader = Loader(self.store, limits_from_config(self.cfg))
@@ -146,6 +172,23 @@ class Scenario:
             t = self.store.query_arrow(f"SELECT {', '.join(cols)} FROM {name} ORDER BY {', '.join(cols)}")
             out[name] = list(zip(*(t.column(c).to_pylist() for c in cols), strict=True))
         return out
+
+
+def fails_once(
+    sc, job_id, t0, t_fail, node="gpu-core-001", event="failed", reason="xid:79", xid_gpu=None, **extra
+):
+    """One node, 4 GPUs from t0 until a failure at t_fail with no restart (released then); `xid_gpu`: the
+    GPU whose agent reports the reason's XID a second before."""
+    j = dict(job_id=job_id, account="research")
+    sc.job(dict(t=t0, event="allocated", node=node, gpu_indices=[0, 1, 2, 3], **j))
+    sc.job(dict(t=t0, event="gang_complete", **j), dict(t=t0, event="running", **j))
+    sc.job(dict(t=t_fail, event=event, reason=reason, **extra, **j))
+    sc.job(dict(t=t_fail, event="released", node=node, gpu_indices=[0, 1, 2, 3], **j))
+    skip = (t_fail - 1, xid_gpu)
+    sc.gpu(node, [0, 1, 2, 3], t0, t_fail, lambda s, g: None if (s, g) == skip else 90.0)
+    if xid_gpu is not None:
+        xid = int(reason.removeprefix("xid:"))
+        sc.rows("gpu", node, t_fail - 2, t_fail - 1, gpu=xid_gpu, uuid=f"GPU-{node}-{xid_gpu}", xid=xid)
 
 
 def reset(store) -> None:

@@ -57,6 +57,15 @@ DERIVED = {
     "count() - uniqExact(category) AS repeated FROM team_day GROUP BY day, team, pool "
     "ORDER BY day, team, pool",
     "scheduling_delay": "SELECT * EXCEPT computed_at FROM scheduling_delay ORDER BY job_id",
+    "faults": "SELECT * EXCEPT computed_at FROM faults ORDER BY job_id, ts, event",
+    "fault_repeats": "SELECT * EXCEPT computed_at FROM fault_repeats ORDER BY scope, node, gpu",
+    "queue_delay_day": "SELECT * EXCEPT computed_at FROM queue_delay_day ORDER BY day, by, key",
+    "pool_capacity": "SELECT bucket_start, pool, capacity_gpu_s, "
+    "round(allocated_gpu_s + unallocated_gpu_s, 3), count() AS n "
+    "FROM pool_capacity GROUP BY ALL ORDER BY bucket_start, pool",
+    "pool_holds": "SELECT * EXCEPT computed_at FROM pool_holds ORDER BY job_id, pool",
+    "job_placement": "SELECT job_id, nodes, leaves, count() AS n FROM job_placement "
+    "GROUP BY ALL ORDER BY job_id",
 }
 """The derived tables as the test compares them with the single-server run. Which category a GPU-second
 lands in may differ between two runs (the healthy level comes from sampled quantiles), so goodput_windows
@@ -69,7 +78,7 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
 
     from contracts import catalog
     from contracts import config as config_mod
-    from goodput.sim.cluster import SimConfig, scaled_config, simulate
+    from goodput.sim.cluster import PlannedFailure, SimConfig, scaled_config, simulate
     from goodput.sim.emit import messages
     from pipeline import ddl
     from pipeline.analyzers import run as analyzers
@@ -90,8 +99,8 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
             self._lock_file = open(path / self.LOCK_NAME, "a+")
             self._session = session.Session(f"{path}?config-file={config_file}")
 
-        def _run(self, sql: str, fmt: str):
-            return super()._run(without_keeper(sql), fmt)
+        def _run(self, sql: str, fmt: str, params=None):
+            return super()._run(without_keeper(sql), fmt, params)
 
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "config.xml").write_text(CONFIG)
@@ -111,7 +120,8 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
         )
 
         cfg = scaled_config(config_mod.load(), 16)
-        sim_cfg = SimConfig.from_config(cfg, hours=0.5, seed=3, start_ms=start_ms)
+        planned = tuple(PlannedFailure(0, t, "xid") for t in (200, 400))  # faults, and a repeat offender
+        sim_cfg = SimConfig.from_config(cfg, hours=0.5, seed=3, start_ms=start_ms, planned_failures=planned)
         records = [
             Record(topic, 0, i, key, value)
             for i, (topic, key, value) in enumerate(messages(simulate(sim_cfg, cfg)))

@@ -87,7 +87,7 @@ class RecordingServer:
     def execute(self, sql: str) -> None:
         self.statements.append(sql)
 
-    def query_arrow(self, sql: str) -> pa.Table:
+    def query_arrow(self, sql: str, params=None) -> pa.Table:
         return pa.table({"n": pa.array([0], pa.uint64())})
 
 
@@ -108,11 +108,17 @@ class RecordingCluster(RecordingServer):
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
         self.statements.append(f"INSERT INTO {table} <{data.num_rows} rows>")
 
-    def query_arrow(self, sql: str) -> pa.Table:
+    def query_arrow(self, sql: str, params=None) -> pa.Table:
         if sql.startswith("SELECT greatest("):  # the end of the data (analyzers.data_end)
             return pa.table({"t": pa.array([0], pa.int64())})
         if re.fullmatch(r"SELECT day_lo, day_hi FROM tmp_span_\w+", sql):
             return pa.table({"day_lo": pa.array([0], pa.int64()), "day_hi": pa.array([3600_000], pa.int64())})
+        if re.match(
+            r"SELECT \(SELECT min\(t\) FROM tmp_events_\w+ WHERE event = 'submitted'\) AS new_lo", sql
+        ):
+            return pa.table(
+                {k: pa.array([None], pa.int64()) for k in ("new_lo", "new_hi", "old_lo", "old_hi")}
+            )
         assert re.fullmatch(r"SELECT DISTINCT job_id FROM tmp_events_\w+ ORDER BY job_id", sql), sql
         return pa.table({"job_id": self.jobs})
 
@@ -126,7 +132,7 @@ def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
     destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
     targets = [DESTRUCTIVE.match(s)[2] for s in destructive]
     dims, outputs = (
-        [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_ACCOUNTS],
+        [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_TOPOLOGY, catalog.DIM_ACCOUNTS],
         list(analyzers.OUTPUT_TABLES),
     )
     assert sorted(set(targets)) == sorted(name + ddl.LOCAL_SUFFIX for name in dims + outputs)
@@ -135,7 +141,7 @@ def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
         assert "tmp_" not in statement  # ON CLUSTER runs it on hosts without the initiator's temporary tables
     # Two slices of job ids per job-keyed table: 1,000 and the one left, quoted as ClickHouse reads them.
     want = [", ".join(f"'{j}'" for j in store.jobs[:1000]), "'o\\'brien\\\\1'"]
-    for table in (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.SCHEDULING_DELAY):
+    for table in (catalog.GOODPUT_WINDOWS, catalog.JOB_SUMMARY, catalog.SCHEDULING_DELAY, catalog.FAULTS):
         slices = [
             s.split("job_id IN (", 1)[1].removesuffix(")")
             for s in destructive
@@ -152,11 +158,13 @@ def test_analyzers_on_one_server_delete_from_the_catalog_tables():
     store.cluster = None  # a ServerStore without `cluster`; ChdbStore has no such attribute at all
     analyzers.run(store, config_mod.load(), 0, 3_600_000)
     destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
-    assert len(destructive) == 7 and not any(
+    assert len(destructive) == 4 + len(analyzers.OUTPUT_TABLES) and not any(
         " ON CLUSTER " in s or ddl.LOCAL_SUFFIX in s for s in destructive
     )
     alive = re.compile(r"job_id IN \(SELECT DISTINCT job_id FROM tmp_events_\w+\)")
-    assert sum(bool(alive.search(s)) for s in destructive) == 3
+    assert (
+        sum(bool(alive.search(s)) for s in destructive) == 8
+    )  # 3 classification, faults, stragglers, 3 fleet (per job)
 
 
 def _chdb_run(workdir: Path, start_ms: int, *flags: str) -> dict:

@@ -7,6 +7,7 @@ refused on it, which one test proves."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
 
 import pyarrow as pa
@@ -131,6 +132,28 @@ def test_wrong_password_names_user_and_host_not_the_password(clickhouse_server, 
     assert f"127.0.0.1:{clickhouse_server.tcp_port}" in msg
     assert "'default'" in msg and "wrong password" in msg and PASSWORD_ENV in msg
     assert PASSWORD not in msg
+
+
+def test_no_password_in_any_log_line_even_at_debug(clickhouse_server, monkeypatch, caplog):
+    """Connect, query, insert, a failing statement and a wrong password, with every logger (the driver's
+    included) at DEBUG: neither the password nor the wrong one is in a record or an error."""
+    wrong = "not-the-" + PASSWORD
+    caplog.set_level(logging.DEBUG)
+    errors = []
+    with ServerStore(clickhouse_server.store_config(retries=0)) as s:
+        name = _table(s, "n UInt32", "n")
+        s.insert_arrow(name, pa.table({"n": pa.array([1, 2], pa.uint32())}))
+        assert s.query_arrow(f"SELECT sum(n) AS n FROM {name}")["n"][0].as_py() == 3
+        with pytest.raises(StoreError) as e:
+            s.query_arrow("SELECT no_such_column FROM system.one")
+        errors.append(str(e.value))
+    monkeypatch.setenv(PASSWORD_ENV, wrong)
+    with pytest.raises(StoreError) as e:
+        ServerStore(clickhouse_server.store_config())
+    errors.append(str(e.value))
+    assert any(r.name.startswith("clickhouse_driver") for r in caplog.records)  # the driver did log
+    for text in [caplog.text, *errors]:
+        assert PASSWORD not in text and wrong not in text
 
 
 def test_unset_password_variable_is_named(clickhouse_server, monkeypatch):

@@ -217,3 +217,19 @@ def test_the_node_agent_reads_the_model_without_the_analytics_stack():
     code = f"import sys, contracts.config; print([m for m in {heavy} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_metrics_addresses_come_from_the_environment_and_a_bad_one_names_its_variable():
+    cfg = config.load(
+        None, {"GOODPUT_METRICS_ADDRESS": "10.1.2.3:9477", "GOODPUT_LOADER_METRICS_ADDRESS": ":9479"}
+    )
+    assert cfg.agent.metrics_address == "10.1.2.3:9477" and cfg.loader.metrics_endpoint == ("0.0.0.0", 9479)
+    defaults = config.load(None, {})
+    assert (
+        defaults.agent.metrics_address == "0.0.0.0:9477"
+        and defaults.loader.metrics_address == "127.0.0.1:9479"
+    )
+    with pytest.raises(
+        ConfigError, match=r"GOODPUT_METRICS_ADDRESS \(overrides \[agent\]\.metrics_address\).*host:port"
+    ):
+        config.load(None, {"GOODPUT_METRICS_ADDRESS": "node-ip"})

@@ -10,6 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+import msgspec
+
+from contracts import config as config_mod
 from tests.scenarios.timeline import GPUS, HEALTHY_SM, Timeline
 
 SECONDS = 1800
@@ -259,6 +262,28 @@ def half_node() -> Timeline:
     return tl
 
 
+TWO_LEAVES = config_mod.TopologyConfig(
+    switches={
+        "leaf1": config_mod.SwitchConfig(nodes=("gpu-core-[001,003-008]",)),
+        "leaf2": config_mod.SwitchConfig(nodes=("gpu-core-[002,009-016]",)),
+        "spine": config_mod.SwitchConfig(switches=("leaf[1-2]",)),
+    }
+)
+"""A tree on which the scenarios' two nodes (gpu-core-001, -002) hang off different leaf switches."""
+
+
+def gang_scattered_over_two_leaves() -> Timeline:
+    """The gang's two nodes hang off two leaf switches under one spine, and the fabric between them is
+    congested (xmit_wait at 1.5x its threshold) for 10 minutes: comm stall, with a placement that
+    crosses the spine (job_placement) as the evidence that the gang was scattered."""
+    config = msgspec.structs.replace(config_mod.load(), topology=TWO_LEAVES)
+    tl = Timeline("gang_scattered_over_two_leaves", SECONDS, config=config)
+    tl.simple_job(J, BOTH)
+    tl.stall(J, BOTH, 600, 1200, "comm_stall")
+    tl.xmit_wait[:, 600:1200] = 1.5e6
+    return tl
+
+
 SCENARIOS: dict[str, Callable[[], Timeline]] = {
     "baseline": baseline,
     "simultaneous_restart": simultaneous_restart,
@@ -276,4 +301,5 @@ SCENARIOS: dict[str, Callable[[], Timeline]] = {
     "noisy_counters": noisy_counters,
     "held_after_completed": held_after_completed,
     "half_node": half_node,
+    "gang_scattered_over_two_leaves": gang_scattered_over_two_leaves,
 }

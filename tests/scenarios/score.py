@@ -9,7 +9,7 @@ confusion between them). Seconds one side has and the other does not go to `unal
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import catalog
@@ -33,6 +33,8 @@ class Result:
     confusion: dict[tuple[str, str], float]
     """(true category, analyzer's category) -> GPU-seconds."""
     dead_letters: int
+    placement: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
+    """job -> (nodes, leaf switches, crosses the spine), from job_placement."""
 
     @property
     def allocated(self) -> float:
@@ -85,9 +87,14 @@ def run(tl: Timeline, workdir: Path) -> Result:
             f"SELECT job_id, toUnixTimestamp(window_start) AS w, category, sum(gpu_seconds) AS s "
             f"FROM {catalog.GOODPUT_WINDOWS} GROUP BY job_id, w, category"
         ).to_pylist()
+        placed = store.query_arrow(
+            f"SELECT job_id, nodes, leaves, crosses_spine FROM {catalog.JOB_PLACEMENT}"
+        ).to_pylist()
     got = {(r["job_id"], r["w"], r["category"]): r["s"] for r in rows}
     dead = sum(loader.totals.dead_letters.values())
-    return score(tl.name, tl.truth_seconds(cfg.analyzer.window_s), got, dead)
+    result = score(tl.name, tl.truth_seconds(cfg.analyzer.window_s), got, dead)
+    result.placement = {r["job_id"]: (r["nodes"], r["leaves"], r["crosses_spine"]) for r in placed}
+    return result
 
 
 def score(
