@@ -116,7 +116,7 @@ def test_every_good_row_lands_exactly_once(run):
     assert len(keys) == len(set(keys)) == len(run["good"])
 
 
-def test_every_bad_message_is_a_dead_letter_with_its_reason(run):
+def test_every_bad_message_is_a_dead_letter_with_its_reason(run, reliability):
     t = run["store"].query_arrow("SELECT reason, hex(raw) AS raw, detail, source FROM dead_letters")
     got = dict(
         zip(
@@ -132,6 +132,8 @@ def test_every_bad_message_is_a_dead_letter_with_its_reason(run):
     assert len(t) == len(run["bad"])
     assert all(t.column("detail").to_pylist()), "every dead letter says why"
     assert all(s.startswith("lt") for s in t.column("source").to_pylist())
+    for case, _kind, reason, _value in run["bad"]:
+        reliability.bad_input(case, reason, dead_lettered=1, stored=0)
 
 
 def test_metrics_name_every_catalog_series_and_count_by_reason(run):
