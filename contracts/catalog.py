@@ -27,6 +27,7 @@ TEAM_DAY = "team_day"
 SCHEDULING_DELAY = "scheduling_delay"
 FAULTS = "faults"
 FAULT_REPEATS = "fault_repeats"
+STRAGGLER_EPISODES = "straggler_episodes"
 
 # fleet views (pipeline/analyzers/fleet.sql, docs/goodput-model.md "Scheduling and capacity", "Topology")
 QUEUE_DELAY_DAY = "queue_delay_day"

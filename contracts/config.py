@@ -241,6 +241,13 @@ class AnalyzerConfig(Table, frozen=True):
     within sampling jitter and left alone (docs/goodput-model.md, Clock skew)."""
     storage_saturation: Annotated[float, Meta(gt=0, le=1)] = 0.85
     """Fraction of the pool's storage ceiling that counts as saturated."""
+    storage_reader_fraction: Annotated[float, Meta(ge=0, le=1)] = 0.5
+    """A node counts among the readers of its pool's storage (so the pool at its ceiling is its evidence)
+    where it reads at least this fraction of the pool's mean read rate per node: a job starved by a hog
+    reads less than the hog, but far more than a job that hardly reads."""
+    coarse_running_sources: tuple[Name, ...] = ("slurm", "volcano", "kueue")
+    """Job-event sources whose `running` means "containers started", not "first training step": the
+    analyzers find the real start from step events or the jump in SM activity."""
     psi_some_pct: Annotated[float, Meta(ge=0, le=100)] = 20.0
     nic_line_rate_fraction: Annotated[float, Meta(gt=0, le=1)] = 0.9
     xmit_wait_per_s: NonNegative = 1.0e6
@@ -260,6 +267,17 @@ class AnalyzerConfig(Table, frozen=True):
     step_wait_min: Annotated[float, Meta(ge=0, le=1)] = 0.01
     """Where a job's ranks report step events and waited at least this share of their step time (beyond
     their usual) in a window, the steps decide that window's lost share and its data/comm split."""
+    straggler_min_slowdown: Annotated[float, Meta(gt=0, lt=1)] = 0.03
+    """A rank whose median compute time per step is at least this much over its gang's median, window after
+    window, straggles: a synchronous gang waits for it at every collective."""
+    straggler_min_steps: Count = 30
+    """Steps a straggler episode needs (consecutive windows of the same slowest rank): one noisy step, or
+    a few, are not a straggler."""
+    straggler_persistent_fraction: Fraction = 0.5
+    """An episode covering at least this share of the job's windows with step events is persistent."""
+    straggler_score: Fraction = 0.75
+    """Below this score (gang median / rank median compute) a straggler is gross (nvidia-resiliency-ext's
+    default threshold); milder ones are still found and costed."""
     straggler_clock_event_mask: Annotated[int, Meta(ge=0)] = 0x8 | 0x20 | 0x40 | 0x80
     """NVML clock event reasons that mark a GPU as a straggler."""
     fault_evidence_s: Seconds = 60.0

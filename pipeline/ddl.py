@@ -322,6 +322,21 @@ CREATE TABLE IF NOT EXISTS idle_allocations (
     computed_at DateTime DEFAULT now()
 ) ENGINE = MergeTree PARTITION BY toYYYYMM(idle_from) ORDER BY (cluster, job_id, node, gpu, idle_from)
 TTL toDateTime(idle_from) + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.STRAGGLER_EPISODES: f"""
+CREATE TABLE IF NOT EXISTS straggler_episodes (
+    cluster LowCardinality(String), job_id String,
+    rank Int64, node String, gpu Int32 COMMENT 'the rank''s GPU index, -1 when its step events name none',
+    start DateTime('UTC') COMMENT 'first window of the episode',
+    end DateTime('UTC') COMMENT 'end of its last window',
+    kind LowCardinality(String) COMMENT 'persistent (>= straggler_persistent_fraction) | transient',
+    steps UInt64 COMMENT 'the rank''s steps in the episode',
+    slowdown_pct Float64 COMMENT '100 (median compute / gang median compute - 1)',
+    score Float64 COMMENT 'gang median / rank median compute (nvidia-resiliency-ext): 1 healthy',
+    gross Bool COMMENT 'score below [analyzer].straggler_score',
+    cost_gpu_seconds Float64 COMMENT 'the rest of the gang''s comm_stall attributed to it',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree PARTITION BY toYYYYMM(start) ORDER BY (cluster, job_id, rank, start)
+TTL start + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
     catalog.JOB_PLACEMENT: """
 CREATE TABLE IF NOT EXISTS job_placement (
     cluster LowCardinality(String), job_id String, team LowCardinality(String), pool LowCardinality(String),
@@ -380,6 +395,7 @@ SHARD_KEYS: dict[str, str] = {
     catalog.POOL_TEAM_DAY: "cityHash64(team)",
     catalog.IDLE_ALLOCATIONS: "cityHash64(job_id)",
     catalog.JOB_PLACEMENT: "cityHash64(job_id)",
+    catalog.STRAGGLER_EPISODES: "cityHash64(job_id)",
 }
 """How Distributed tables spread rows over shards. Deterministic, never rand(): a retried insert splits
 the same way, so each shard sees the same block again and drops it by its deduplication token. Raw

@@ -189,7 +189,7 @@ SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
 FROM tmp_alloc CROSS JOIN old
 ;;
 -- 3c. The real start of attempts whose `running` is coarse: a scheduler (Slurm, Kubernetes) that reports it
---     when the containers start, in the same millisecond as gang_complete or from a slurm/volcano/kueue
+--     when the containers start, in the same millisecond as gang_complete or from a source in {coarse_running_sources}
 --     source. Then the first training step (step events: its end minus its duration) marks the start;
 --     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
 --     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
@@ -200,7 +200,7 @@ att AS (
            if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
     FROM (SELECT job_id, attempt, t FROM tmp_events AS e
           WHERE event = 'running'
-            AND (source IN ('slurm', 'volcano', 'kueue')
+            AND (has({coarse_running_sources}, source)
                  OR (job_id, attempt, t) IN (SELECT job_id, attempt, t FROM tmp_events WHERE event = 'gang_complete'))
          ) AS r
     ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
@@ -398,7 +398,7 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 ;;
 -- 9. Evidence strength per (node, window): each signal over its threshold, so 1 is the threshold and the
 --    strongest signal of a kind counts. Storage: the node's own I/O pressure, or its pool's storage read
---    rate over the ceiling *if* this node is among those reading it (at least half the pool's mean read
+--    rate over the ceiling *if* this node is among those reading it (at least {storage_reader_fraction} of the pool's mean read
 --    rate per node: a job starved by another reads less than the hog, but not nothing), so a pool at its
 --    ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any port of the node
 --    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
@@ -441,7 +441,7 @@ SELECT node, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) 
 FROM (
     SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi, ifNull(d.pool, '') AS pool,
            ifNull(ps.ratio, 0) AS pool_ratio, ifNull(s.psi, 0) AS psi,
-           if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= 0.5 * ps.mean_read,
+           if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= {storage_reader_fraction} * ps.mean_read,
               pool_ratio / {storage_saturation}, 0) AS s_pool,
            psi / greatest({psi_some_pct}, 1e-9) AS s_psi,
            greatest(ifNull(n.xmit_wait, 0) / greatest({xmit_wait_per_s}, 1e-9),
@@ -494,6 +494,58 @@ FROM (
 )
 GROUP BY job_id, wi
 ;;
+-- 10b. Stragglers from step events (compare nvidia-resiliency-ext: gang median / rank median compute).
+--    Per step, the gang's median compute time; per (job, rank, window of its steps' ends) the rank's
+--    median ratio to it. A window's straggler is its slowest rank at least {straggler_min_slowdown} over
+--    the median (ties to the lowest rank): a synchronous gang waits for it at every collective, so a
+--    rank persistently 5 % slower costs every other GPU 5 %. Consecutive windows of the same straggler
+--    are an episode, kept with at least {straggler_min_steps} steps, so one noisy step (or a few) is
+--    not one; the medians keep ranks whose differences are noise under the threshold.
+CREATE OR REPLACE TABLE tmp_straggler_windows ENGINE = Memory AS
+WITH
+steps AS (
+    SELECT job_id, ifNull(attempt, 0) AS attempt, step, rank, node, toInt32(ifNull(gpu, -1)) AS gpu,
+           toUnixTimestamp64Milli(ts) - {node_offset_ms} AS t1, toFloat64(duration_ms) AS d,
+           toFloat64(compute_ms) AS c
+    FROM raw_step FINAL
+    WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events) AND compute_ms > 0
+      AND duration_ms > 0
+      AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
+      AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))
+),
+gang AS (
+    SELECT job_id, attempt, step, quantileExactLow(0.5)(c) AS m FROM steps
+    GROUP BY job_id, attempt, step HAVING count() >= 2
+),
+per_rank AS (
+    SELECT s.job_id AS job_id, s.rank AS rank, any(s.node) AS node, any(s.gpu) AS gpu, intDiv(s.t1 - 1, {W}) AS wi,
+           quantileExactLow(0.5)(s.c / g.m) AS ratio, count() AS steps, sum(s.c - g.m) AS extra_ms, sum(s.d) AS step_ms
+    FROM steps AS s INNER JOIN gang AS g ON s.job_id = g.job_id AND s.attempt = g.attempt AND s.step = g.step
+    GROUP BY job_id, rank, wi
+)
+SELECT job_id, wi, w.1 AS rank, w.2 AS node, w.3 AS gpu, w.4 AS ratio, w.5 AS steps,
+       greatest(0.0, w.6 / w.7) AS f_wait
+FROM (
+    SELECT job_id, wi, argMax((rank, node, gpu, ratio, steps, extra_ms, step_ms), (ratio, -rank)) AS w
+    FROM per_rank GROUP BY job_id, wi
+)
+WHERE ratio >= 1 + {straggler_min_slowdown}
+;;
+-- Episodes: runs of consecutive windows with the same straggler (wi - its row number is constant along
+-- a run); persistent where the run covers {straggler_persistent_fraction} of the job's step windows.
+CREATE OR REPLACE TABLE tmp_straggler_episodes ENGINE = Memory AS
+SELECT e.job_id AS job_id, e.rank AS rank, e.node AS node, e.gpu AS gpu, e.wi_lo AS wi_lo, e.wi_hi AS wi_hi,
+       e.steps AS steps, e.ratio AS ratio,
+       if(e.wi_hi - e.wi_lo + 1 >= {straggler_persistent_fraction} * j.windows, 'persistent', 'transient') AS kind
+FROM (
+    SELECT job_id, rank, any(node) AS node, any(gpu) AS gpu, min(wi) AS wi_lo, max(wi) AS wi_hi,
+           sum(steps) AS steps, quantileExactLow(0.5)(ratio) AS ratio
+    FROM (SELECT *, wi - row_number() OVER (PARTITION BY job_id, rank ORDER BY wi) AS run FROM tmp_straggler_windows)
+    GROUP BY job_id, rank, run
+    HAVING steps >= {straggler_min_steps}
+) AS e
+INNER JOIN (SELECT job_id, uniqExact(wi) AS windows FROM tmp_step_split GROUP BY job_id) AS j ON e.job_id = j.job_id
+;;
 -- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle (12).
 --    The lost share l of each (job, GPU, window) of running time. Seconds below the dead level did no
 --    work: each is lost whole (a GPU waiting on data or on a collective still shows a few % SM, which a
@@ -531,7 +583,9 @@ HAVING count() >= {evidence_baseline_windows}
 SETTINGS join_use_nulls = 1
 ;;
 -- 11b. Each (job, GPU, window) of running time: its lost share l and how l splits (p_data + p_comm +
---    p_idle = 1). Step events win where the job's reporting ranks waited at least {step_wait_min} of
+--    p_idle = 1). In a straggler episode (10b) the other GPUs' comm wait is the straggler's extra compute
+--    per step (the steps' own comm excess is measured against a usual the straggler skews) and its own
+--    GPU has none. Step events win where the job's reporting ranks waited at least {step_wait_min} of
 --    their step time beyond their usual (10a): l is at least that wait (a rank spinning in NCCL still shows
 --    SM activity), and it splits as the steps waited. Elsewhere the counters decide: a kind is evidence at
 --    or above its threshold (strength 1), or risen with the stall (11a); a straggler of the job (10) is
@@ -540,7 +594,11 @@ SETTINGS join_use_nulls = 1
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
 SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
        g.n = 0 AS no_data,
-       ifNull(sp.f_data, 0) AS f_data, ifNull(sp.f_comm, 0) AS f_comm, f_data + f_comm AS f_step,
+       sg.hit = 1 AS in_episode, in_episode AND w.node = sg.node AND w.gpu = sg.gpu AS own,
+       if(in_episode AND NOT own, sg.rank, -1) AS straggler_rank,
+       ifNull(sp.f_data, 0) AS f_data,
+       multiIf(own, 0.0, in_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
+       f_data + f_comm AS f_step,
        f_step >= {step_wait_min} AS by_steps,
        if(g.n = 0, 1.0, if(by_steps, greatest(g.l, least(1.0, f_step)), g.l)) AS l,
        ifNull(e.s_d, 0) AS s_d,
@@ -554,7 +612,9 @@ SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
        if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
           concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
                  '% of its threshold, risen with the stall)'), ''))) AS d_why,
-       multiIf(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: communication wait'),
+       multiIf(straggler_rank >= 0, concat('straggler ', sg.node, ' GPU ', toString(sg.gpu), ' (rank ',
+                   toString(sg.rank), ', ', toString(round((sg.ratio - 1) * 100, 1)), '% slower)'),
+               by_steps, concat('step events of ', toString(sp.ranks), ' ranks: communication wait'),
                st.why != '', st.why,
                concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
                       '% of its threshold, risen with the stall)'), ''))) AS c_why
@@ -564,6 +624,11 @@ LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
 LEFT JOIN tmp_evidence_base AS b ON w.job_id = b.job_id AND w.node = b.node
 LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
 LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
+LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.rank AS rank, sw.node AS node, sw.gpu AS gpu,
+                  e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
+           FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
+               ON sw.job_id = e.job_id AND sw.rank = e.rank AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
+    ON w.job_id = sg.job_id AND w.wi = sg.wi
 ;;
 -- 12. All categorised seconds per (job, node, window, category, evidence). A GPU with no samples at all
 --     while running (its agent or node down) is classified as its gang in that window: the job's other

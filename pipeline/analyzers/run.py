@@ -47,6 +47,8 @@ TEMP_TABLES = (
     "tmp_node_evidence",
     "tmp_stragglers",
     "tmp_step_split",
+    "tmp_straggler_windows",
+    "tmp_straggler_episodes",
     "tmp_loss",
     "tmp_evidence_base",
     "tmp_run_split",
@@ -59,6 +61,7 @@ OUTPUT_TABLES = (
     catalog.SCHEDULING_DELAY,
     catalog.FAULTS,
     catalog.FAULT_REPEATS,
+    catalog.STRAGGLER_EPISODES,
     catalog.QUEUE_DELAY_DAY,
     catalog.POOL_CAPACITY,
     catalog.POOL_FRAGMENTATION,
@@ -67,7 +70,7 @@ OUTPUT_TABLES = (
     catalog.IDLE_ALLOCATIONS,
     catalog.JOB_PLACEMENT,
 )
-SQL_FILES = ("rollups.sql", "faults.sql", "fleet.sql")
+SQL_FILES = ("rollups.sql", "faults.sql", "stragglers.sql", "fleet.sql")
 """Run in this order after goodput.sql, in the same run: they read its temp tables."""
 ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
 JOBS_PER_DELETE = 1000
@@ -155,6 +158,8 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "noise_z": repr(float(a.noise_z)),
         "clock_offset_ms": str(int(round(a.clock_offset_s * 1000))),
         "storage_saturation": repr(float(a.storage_saturation)),
+        "storage_reader_fraction": repr(float(a.storage_reader_fraction)),
+        "coarse_running_sources": "[" + ", ".join(f"'{s}'" for s in a.coarse_running_sources) + "]",
         "psi_some_pct": repr(float(a.psi_some_pct)),
         "nic_line_rate_fraction": repr(float(a.nic_line_rate_fraction)),
         "xmit_wait_per_s": repr(float(a.xmit_wait_per_s)),
@@ -165,6 +170,10 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "evidence_baseline_windows": str(int(a.evidence_baseline_windows)),
         "evidence_split": a.evidence_split,
         "step_wait_min": repr(float(a.step_wait_min)),
+        "straggler_min_slowdown": repr(float(a.straggler_min_slowdown)),
+        "straggler_min_steps": str(int(a.straggler_min_steps)),
+        "straggler_persistent_fraction": repr(float(a.straggler_persistent_fraction)),
+        "straggler_score": repr(float(a.straggler_score)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
         "fault_evidence_ms": str(int(round(a.fault_evidence_s * 1000))),
         "repeat_window_ms": str(int(round(a.repeat_window_s * 1000))),

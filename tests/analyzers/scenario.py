@@ -111,17 +111,18 @@ class Scenario:
         t1: int,
         step_s: int = 1,
         waits: Callable[[int], tuple[float, float]] = lambda s: (5.0, 50.0),
+        first_rank: int = 0,
     ) -> None:
-        """Step events of `ranks` (rank = GPU index on `node`), one step every `step_s` seconds ending at
-        t0 + step_s, ..., t1; waits(end s) -> (data_ms, comm_ms) of the step, the rest compute."""
+        """Step events of `ranks` (rank = first_rank + GPU index on `node`), one step every `step_s`
+        seconds ending at t0 + step_s, ..., t1; waits(end s) -> (data_ms, comm_ms) of the step, the rest
+        compute."""
         cols: dict[str, list] = defaultdict(list)
         for i, end in enumerate(range(t0 + step_s, t1 + 1, step_s)):
             data, comm = waits(end)
-            for r in ranks:
+            for g in ranks:
                 duration = step_s * 1000.0
-                row = dict(
-                    ts_ms=ms(end), job_id=job_id, rank=r, step=i, attempt=1, gpu=r, duration_ms=duration
-                )
+                row = dict(ts_ms=ms(end), job_id=job_id, rank=first_rank + g, step=i, attempt=1, gpu=g)
+                row["duration_ms"] = duration
                 row.update(data_ms=data, comm_ms=comm, compute_ms=duration - data - comm)
                 for k, v in row.items():
                     cols[k].append(v)

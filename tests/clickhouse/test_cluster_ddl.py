@@ -162,7 +162,9 @@ def test_analyzers_on_one_server_delete_from_the_catalog_tables():
         " ON CLUSTER " in s or ddl.LOCAL_SUFFIX in s for s in destructive
     )
     alive = re.compile(r"job_id IN \(SELECT DISTINCT job_id FROM tmp_events_\w+\)")
-    assert sum(bool(alive.search(s)) for s in destructive) == 7  # 3 classification, faults, 3 fleet (per job)
+    assert (
+        sum(bool(alive.search(s)) for s in destructive) == 8
+    )  # 3 classification, faults, stragglers, 3 fleet (per job)
 
 
 def _chdb_run(workdir: Path, start_ms: int, *flags: str) -> dict:
