@@ -13,6 +13,7 @@ nothing between scrapes. The GPU series also carry `Hostname`, as dcgm-exporter'
 from __future__ import annotations
 
 import threading
+from collections import Counter as Tally
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -20,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collectors.base import Row
-from contracts.catalog import AGENT_SELF_METRICS
+from contracts.catalog import AGENT_DERIVED_METRICS, AGENT_SELF_METRICS
 from contracts.exporter import MetricsEndpoint, declare
 from contracts.schema import KINDS
 
@@ -33,11 +34,16 @@ class SampleExporter:
     def __init__(self, node: str) -> None:
         self.node = node
         self._rows: dict[str, tuple[str, list[Row]]] = {}
+        self._xids: Tally[tuple[str, str, str]] = Tally()
         self._lock = threading.Lock()
 
     def update(self, collector: str, kind: str, rows: list[Row]) -> None:
         with self._lock:
             self._rows[collector] = (kind, rows)
+            if kind == "gpu":
+                for r in rows:
+                    if r.get("xid") is not None:
+                        self._xids[(str(r["gpu"]), str(r.get("uuid") or ""), str(r["xid"]))] += 1
 
     def forget(self, collector: str) -> None:
         with self._lock:
@@ -53,6 +59,39 @@ class SampleExporter:
             rows = [r for kind, rs in snapshot if kind == kind_name for r in rs]
             if rows:
                 yield from self._families(kind_name, rows)
+        yield from self._derived(
+            [r for kind, rs in snapshot if kind == "gpu" for r in rs],
+            [r for kind, rs in snapshot if kind == "nic" for r in rs],
+        )
+
+    def _derived(self, gpu_rows: list[Row], nic_rows: list[Row]) -> Iterable[Metric]:
+        """catalog.AGENT_DERIVED_METRICS: the XID counter (kept across ticks), lost GPUs, port state."""
+        name = "goodput_gpu_xid_errors_total"
+        _, help_text, labels = AGENT_DERIVED_METRICS[name]
+        xids = CounterMetricFamily(name.removesuffix("_total"), help_text, labels=list(labels))
+        with self._lock:
+            counts = sorted(self._xids.items())
+        for (gpu, uuid, code), n in counts:
+            xids.add_metric([gpu, uuid, self.node, code], n)
+        if xids.samples:
+            yield xids
+        name = "goodput_gpu_lost"
+        _, help_text, labels = AGENT_DERIVED_METRICS[name]
+        lost = GaugeMetricFamily(name, help_text, labels=list(labels))
+        for r in gpu_rows:
+            lost.add_metric(
+                [str(r["gpu"]), str(r.get("uuid") or ""), self.node], 1.0 if r.get("lost") else 0.0
+            )
+        if lost.samples:
+            yield lost
+        name = "goodput_nic_port_active"
+        _, help_text, labels = AGENT_DERIVED_METRICS[name]
+        ports = GaugeMetricFamily(name, help_text, labels=list(labels))
+        for r in nic_rows:
+            if r.get("state"):
+                ports.add_metric([str(r["device"]), str(r["port"])], 1.0 if r["state"] == "ACTIVE" else 0.0)
+        if ports.samples:
+            yield ports
 
     def _families(self, kind_name: str, rows: list[Row]) -> Iterable[Metric]:
         kind = KINDS[kind_name]

@@ -2,8 +2,8 @@
 
 The spool is a write-ahead queue: the collection loop appends every batch to it and never waits for
 Kafka, and this sender reads the spool from its acknowledged position, hands a window of batches to the
-producer, waits until each one is acknowledged or has failed, and acknowledges the delivered prefix in
-the spool. Why write-ahead rather than "send, and spool on failure":
+producer, acknowledges each batch in the spool the moment Kafka acknowledges it, and waits until each
+one is acknowledged or has failed. Why write-ahead rather than "send, and spool on failure":
 - order: a batch that failed cannot be overtaken by a newer one that went straight to Kafka, because
   nothing goes straight to Kafka; each (node, kind) stream reaches its partition in seq order;
 - a crash (SIGKILL, OOM, power) loses nothing that reached the spool, healthy or not;
@@ -14,9 +14,14 @@ The cost is a small sequential write per batch (a few KB/s on a GPU node).
 
 Failure handling: while brokers are down the producer itself retries within its delivery timeout
 (idempotent, so a retried batch is stored once); what it gives up on stays unacknowledged here and is
-sent again after a backoff. Resending after an acknowledgement was lost can put a batch in Kafka twice;
-the loader drops the copy by its seq. A producer that cannot even be created (no broker answers at
-start-up) is retried with backoff while batches keep accumulating in the spool.
+sent again after a backoff. A producer that cannot even be created (no broker answers at start-up) is
+retried with backoff while batches keep accumulating in the spool.
+
+What can still reach Kafka twice (docs/agent.md, "Delivery"): a batch that the broker appended but
+whose acknowledgement never reached this process, and that is then sent again by a *new* producer
+(after a crash and restart, or after the producer gave up on it at its delivery timeout). Nothing on
+the agent's side can tell such a batch from one that was lost, and the agent's credentials may not
+read the topics to find out; the loader stores each (node, kind, seq) once.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Callable, Protocol
 
 from tenacity import Retrying, retry_if_result, wait_exponential
 
+from agents.outage import OutageLog
 from agents.spool import Spool, SpoolEntry
 from transport.base import TransportError
 from transport.kafka import KafkaSendError
@@ -55,7 +61,9 @@ class KafkaProducerLike(Protocol):
     @property
     def pending_bytes(self) -> int: ...  # read-only: KafkaProducerTransport computes it
 
-    def send(self, topic: str, key: bytes, value: bytes) -> None: ...
+    def send(
+        self, topic: str, key: bytes, value: bytes, on_delivered: Callable[[], None] | None = None
+    ) -> None: ...
 
     def flush(self, timeout_s: float | None = None) -> None: ...
 
@@ -73,6 +81,7 @@ class SpoolSender:
         flush_step_s: float = 1.0,
         backoff_s: float = 0.5,
         backoff_max_s: float = 30.0,
+        stall_s: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.spool = spool
@@ -82,7 +91,9 @@ class SpoolSender:
         self.flush_step_s = flush_step_s
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
+        self.stall_s = stall_s
         self.clock = clock
+        self.outage = OutageLog()
         self._producer: KafkaProducerLike | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -155,64 +166,119 @@ class SpoolSender:
         try:
             self._producer = self.make_producer()
         except TransportError as e:
-            log.warning(
-                "Kafka producer not ready, batches stay in the spool (%d waiting): %s",
-                self.spool.stats.batches,
-                e,
-            )
+            self.outage.failed(f"the producer could not start: {e}", self.spool.stats.batches)
             return False
         log.info("Kafka producer connected")
         return True
 
     def send_window(self, entries: list[SpoolEntry]) -> int:
-        """Sends `entries` (oldest first), waits for the outcome and acknowledges the delivered prefix
-        in the spool. Returns how many entries, from the first, were delivered."""
+        """Sends `entries` (oldest first) and waits for the outcome; each batch is acknowledged in the
+        spool the moment Kafka acknowledges it (see _Window). Returns how many entries, from the
+        first, were delivered."""
         producer = self._producer
         assert producer is not None
-        sent: list[SpoolEntry] = []
+        window = _Window(self.spool, entries)
+        sent = 0
         refused: KafkaSendError | None = None
-        for e in entries:
+        for i, e in enumerate(entries):
             try:
-                producer.send(e.topic, e.key or b"", e.value)
+                producer.send(e.topic, e.key or b"", e.value, on_delivered=window.callback(i))
             except KafkaSendError as err:
                 refused = err
                 break
-            sent.append(e)
-        failed = self._wait(producer)
-        if failed is None:  # out of time with records still pending: their fate is unknown
-            return 0
-        n = next((i for i, e in enumerate(sent) if id(e.value) in failed), len(sent))
-        if n:
-            replayed = sum(1 for e in sent[:n] if (e.segment, e.index) <= self._replay_mark)
-            self.spool.ack(sent[n - 1])
-            self.metrics.delivered(sent[:n], replayed, self.clock())
-        not_delivered = sent[n:] + ([entries[len(sent)]] if refused else [])
+            sent += 1
+        settled = self._wait(producer)
+        delivered = window.delivered()
+        if delivered:
+            replayed = sum(1 for e in delivered if (e.segment, e.index) <= self._replay_mark)
+            self.metrics.delivered(delivered, replayed, self.clock())
+            self.outage.delivered(self.spool.stats.batches)
+        if not settled:  # out of time with records still pending: their fate is unknown
+            return window.prefix()
+        attempted = sent + (1 if refused else 0)
+        not_delivered = window.not_delivered(attempted)
         if not_delivered:
-            last = not_delivered[-1]
+            last = entries[attempted - 1]  # whatever of the round is sent again counts as a replay
             self._replay_mark = max(self._replay_mark, (last.segment, last.index))
             self.metrics.failed(not_delivered)
-            why = refused if refused and n == len(sent) else "delivery failed"
-            log.warning(
-                "Kafka did not take %d of %d batches (%s); they stay in the spool and are retried",
-                len(entries) - n,
-                len(entries),
-                why,
+            why = refused if refused and len(not_delivered) == 1 else "delivery failed"
+            self.outage.failed(
+                f"{len(entries) - len(delivered)} of {len(entries)} batches not taken: {why}",
+                self.spool.stats.batches,
             )
-        return n
+        return window.prefix()
 
-    def _wait(self, producer: KafkaProducerLike) -> set[int] | None:
-        """Flushes until nothing sent is pending. Returns the ids of the values that failed, or None
-        when the stop deadline passed first."""
-        failed: set[int] = set()
+    def _wait(self, producer: KafkaProducerLike) -> bool:
+        """Flushes until nothing sent is pending (True), or until the stop deadline (False). Records
+        pending for `stall_s` without any being acknowledged count as an outage for the log (the
+        producer keeps retrying them)."""
+        progress_at, pending = time.monotonic(), producer.pending_bytes
         while True:
             try:
                 producer.flush(self.flush_step_s)
-                return failed
-            except KafkaSendError as err:
-                failed |= {id(value) for _topic, _key, value in err.undelivered}
+                return True
+            except KafkaSendError:
                 if producer.pending_bytes == 0:
-                    return failed
-            except TransportError:
-                pass  # still pending after flush_step_s: the producer is retrying; keep waiting
+                    return True
+            except TransportError as err:  # still pending: the producer is retrying; keep waiting
+                if producer.pending_bytes < pending:
+                    progress_at, pending = time.monotonic(), producer.pending_bytes
+                elif time.monotonic() - progress_at >= self.stall_s:
+                    self.outage.failed(
+                        f"no acknowledgement for {time.monotonic() - progress_at:.0f} s: {err}",
+                        self.spool.stats.batches,
+                    )
             if self._out_of_time():
-                return None
+                return False
+
+
+class _Window:
+    """One round's batches and which of them Kafka acknowledged.
+
+    Each acknowledgement reaches the spool as it arrives, from the producer's network thread, as
+    `Spool.ack_topic` of the newest batch of that topic whose predecessors in the round are all
+    delivered. Why not once the whole round has settled, as before: a round can stay unsettled for
+    the producer's whole delivery timeout (120 s: a broker that went down mid-round, one topic that
+    cannot be written), and a crash or a stop in that time sent every delivered batch of the round
+    again at the next start, while the spool gauge counted them as waiting.
+    """
+
+    def __init__(self, spool: Spool, entries: list[SpoolEntry]) -> None:
+        self.spool = spool
+        self.entries = entries
+        self._lock = threading.Lock()
+        self._done = [False] * len(entries)
+        self._by_topic: dict[str, list[int]] = {}
+        for i, e in enumerate(entries):
+            self._by_topic.setdefault(e.topic, []).append(i)
+        self._topic_next = dict.fromkeys(self._by_topic, 0)
+
+    def callback(self, i: int) -> Callable[[], None]:
+        return lambda: self._delivered(i)
+
+    def _delivered(self, i: int) -> None:
+        with self._lock:
+            self._done[i] = True
+            topic = self.entries[i].topic
+            order, k = self._by_topic[topic], self._topic_next[topic]
+            while k < len(order) and self._done[order[k]]:
+                k += 1
+            if k == self._topic_next[topic]:
+                return  # an earlier batch of this topic is still in flight
+            self._topic_next[topic] = k
+            try:
+                self.spool.ack_topic(self.entries[order[k - 1]])
+            except OSError as e:  # the next round acknowledges it again; only a crash before then re-sends
+                log.warning("spool: could not record a delivery in %s: %s", self.spool.dir, e)
+
+    def delivered(self) -> list[SpoolEntry]:
+        with self._lock:
+            return [e for e, done in zip(self.entries, self._done, strict=True) if done]
+
+    def not_delivered(self, attempted: int) -> list[SpoolEntry]:
+        with self._lock:
+            return [e for e, done in zip(self.entries[:attempted], self._done, strict=False) if not done]
+
+    def prefix(self) -> int:
+        with self._lock:
+            return next((i for i, done in enumerate(self._done) if not done), len(self._done))

@@ -12,11 +12,17 @@ machine losing power) shows up either as a record running past the end of the fi
 mismatch. On open the spool truncates the segment there, counts it in `stats.torn` and carries on:
 everything before the torn record is kept, nothing after it existed.
 
-Delivery is at-least-once: `replay()` yields what is not yet acknowledged, oldest first; the caller
-sends it and calls `ack(entry)`, which acknowledges that entry and everything before it. Fully
-acknowledged segments are deleted; the position inside a partly acknowledged one is kept in `ack`
-(written atomically), so a restart replays only from there. A crash between send and ack replays a
-batch twice, which the loader's duplicate detection (envelope `seq`) makes harmless.
+Delivery: `replay()` yields what is not yet acknowledged, oldest first; the caller sends it and calls
+`ack(entry)`, which acknowledges that entry and everything before it, or `ack_topic(entry)`, which
+acknowledges that entry and everything before it *in the same topic*. The second exists because the
+topics are independent streams: one stuck topic (or a large window still in flight) must not hold
+back the record of what the others delivered, or a crash would send those again. Fully acknowledged
+segments are deleted; the position inside a partly acknowledged one, and each topic's position past
+it, are kept in `ack`, rewritten in place at every acknowledgement (one pwrite, no rename, no fsync:
+it must be cheap enough to run on every delivery), so a restart replays exactly what was not
+acknowledged. What a crash can still send twice is a batch that Kafka appended but whose
+acknowledgement the agent never received; the loader's duplicate detection (envelope `seq`) stores it
+once.
 
 Bounded: when an append would take the directory past `max_bytes`, the oldest segments are deleted
 (newest data is the most useful to a goodput dashboard catching up after an outage) and their unsent
@@ -29,6 +35,7 @@ Not safe across processes (one agent owns one directory); safe across threads.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -47,6 +54,8 @@ HEADER = MAGIC + bytes([FORMAT_VERSION, 0, 0])
 _PREFIX = struct.Struct("<II")  # length, crc32
 _SUFFIX = ".seg"
 _ACK_FILE = "ack"
+_ACK_SIZE = 4096
+"""The ack file is a multiple of this long (JSON padded with spaces): rewritten in place, never shorter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +86,13 @@ class SpoolStats:
 class _Segment:
     """What the spool knows about one file: record end offsets and how many are acknowledged."""
 
-    __slots__ = ("id", "path", "ends", "acked", "size")
+    __slots__ = ("id", "path", "ends", "topics", "acked", "size")
 
     def __init__(self, seg_id: int, path: pathlib.Path):
         self.id = seg_id
         self.path = path
         self.ends: list[int] = []
+        self.topics: list[str] = []  # the topic of each record, for per-topic acknowledgement
         self.acked = 0
         self.size = len(HEADER)
 
@@ -121,23 +131,27 @@ def decode_body(body: bytes) -> tuple[str, bytes | None, bytes]:
     return topic, body[pos : pos + klen], body[pos + klen :]
 
 
-def _scan(data: bytes) -> tuple[list[int], bool]:
-    """Record end offsets of a segment's bytes, and whether it ends in a torn or corrupt record."""
+def _scan(data: bytes) -> tuple[list[int], list[str], bool]:
+    """Record end offsets and topics of a segment's bytes, and whether it ends in a torn or corrupt
+    record."""
     ends: list[int] = []
+    topics: list[str] = []
     pos = len(HEADER)
     n = len(data)
     while pos < n:
         if n - pos < _PREFIX.size:
-            return ends, True
+            return ends, topics, True
         length, crc = _PREFIX.unpack_from(data, pos)
         end = pos + _PREFIX.size + length
         if end > n or length < 6:
-            return ends, True
-        if zlib.crc32(data[pos + _PREFIX.size : end], zlib.crc32(data[pos : pos + 4])) != crc:
-            return ends, True
+            return ends, topics, True
+        body = data[pos + _PREFIX.size : end]
+        if zlib.crc32(body, zlib.crc32(data[pos : pos + 4])) != crc:
+            return ends, topics, True
         ends.append(end)
+        topics.append(decode_body(body)[0])
         pos = end
-    return ends, False
+    return ends, topics, False
 
 
 class Spool:
@@ -166,6 +180,12 @@ class Spool:
         self._dropped = 0
         self._torn = 0
         self._next_id = 1
+        # topic -> (segment id, index): that batch and every earlier one of its topic are delivered.
+        # Only positions past the global acknowledgement are kept.
+        self._ahead: dict[str, tuple[int, int]] = {}
+        self._ack_fd: int | None = None
+        self._ack_size = _ACK_SIZE
+        self._full = 0  # batches refused since the disk became full (0: it is not)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -197,7 +217,7 @@ class Spool:
                 path.rename(aside)
                 continue
             seg = _Segment(int(path.stem), path)
-            seg.ends, torn = _scan(data)
+            seg.ends, seg.topics, torn = _scan(data)
             seg.size = seg.ends[-1] if seg.ends else len(HEADER)
             if torn:
                 log.warning(
@@ -219,6 +239,7 @@ class Spool:
         try:
             ack = json.loads(path.read_text())
             seg_id, end = int(ack["segment"]), int(ack["end"])
+            ahead = {str(t): (int(s), int(e)) for t, (s, e) in ack.get("topics", {}).items()}
         except FileNotFoundError:
             return
         except (ValueError, KeyError, TypeError):
@@ -232,25 +253,72 @@ class Spool:
                 seg.acked = len(seg.ends)
             elif seg.id == seg_id:
                 seg.acked = sum(1 for e in seg.ends if e <= end)
+        by_id = {seg.id: seg for seg in self._segments}
+        for topic, (s, e) in ahead.items():
+            held = by_id.get(s)
+            index = sum(1 for x in held.ends if x <= e) - 1 if held else -1
+            if index >= 0:
+                self._ahead[topic] = (s, index)
+        self._advance()
 
     # ---------------------------------------------------------------- writing
 
-    def append(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Stores one batch, deleting the oldest segments first if it would not fit in `max_bytes`."""
+    def append(self, topic: str, key: bytes | None, value: bytes) -> bool:
+        """Stores one batch, deleting the oldest segments first if it would not fit in `max_bytes`.
+
+        Returns False when the disk is full (ENOSPC, or EDQUOT over a quota) before `max_bytes` is
+        reached: the batch is not stored and is counted in `stats.dropped`, any part of it that was
+        written is cut off again (so the segment stays readable), and the spool carries on; the
+        sender deleting delivered segments makes room. Why not raise: a full disk must not stop the
+        agent, and a crash loop would lose more than the batches the disk cannot hold. The first
+        refusal is logged, and the first success after it, with the count in between."""
         rec = encode_record(topic, key, value)
         if len(HEADER) + len(rec) > self.max_bytes:
             raise ValueError(
                 f"batch of {len(rec)} bytes is larger than the whole spool (max_bytes={self.max_bytes})"
             )
         with self._lock:
-            seg = self._active()
-            if seg.size + len(rec) > self.segment_bytes and seg.ends:
-                seg = self._rotate()
-            while self._bytes() + len(rec) > self.max_bytes:
-                if self._segments[0] is seg:
+            try:
+                seg = self._active()
+                if seg.size + len(rec) > self.segment_bytes and seg.ends:
                     seg = self._rotate()
-                self._drop_oldest()
-            self._write(seg, rec)
+                while self._bytes() + len(rec) > self.max_bytes:
+                    if self._segments[0] is seg:
+                        seg = self._rotate()
+                    self._drop_oldest()
+                self._write(seg, rec, topic)
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                self._refused(e)
+                return False
+            if self._full:
+                log.info(
+                    "spool: %s has room again; %d batches were dropped while it was full",
+                    self.dir,
+                    self._full,
+                )
+                self._full = 0
+            return True
+
+    def _refused(self, e: OSError) -> None:
+        """An append that the disk refused: cut what it wrote, count the batch as dropped."""
+        if self._fd is not None and self._segments:
+            os.ftruncate(self._fd, self._segments[-1].size)
+        # Space comes back a segment at a time, and the segment being written is never deleted while
+        # it is open: close it, so that once the sender has delivered it, it goes too.
+        self._close_fd()
+        self._delete_finished()
+        self._dropped += 1
+        if not self._full:
+            log.warning(
+                "spool: %s is full (%s): new batches are dropped and counted until there is room "
+                "(goodput_agent_spool_dropped_batches_total); free space on it, or lower "
+                "[agent].spool_max_bytes below what it can hold",
+                self.dir,
+                e.strerror,
+            )
+        self._full += 1
 
     def _active(self) -> _Segment:
         if self._segments and self._fd is not None:
@@ -267,18 +335,25 @@ class Spool:
         seg_id, self._next_id = self._next_id, self._next_id + 1
         seg = _Segment(seg_id, self.dir / f"{seg_id:020d}{_SUFFIX}")
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
-        _write_all(self._fd, HEADER)
-        if self.fsync != "never":
-            os.fsync(self._fd)
-            self._fsync_dir()
+        try:
+            _write_all(self._fd, HEADER)
+            if self.fsync != "never":
+                os.fsync(self._fd)
+                self._fsync_dir()
+        except OSError:  # the disk is full: no half-made segment is left behind
+            os.close(self._fd)
+            self._fd = None
+            seg.path.unlink(missing_ok=True)
+            raise
         self._segments.append(seg)
         return seg
 
-    def _write(self, seg: _Segment, rec: bytes) -> None:
+    def _write(self, seg: _Segment, rec: bytes, topic: str) -> None:
         assert self._fd is not None  # _active/_rotate opened the active segment
         _write_all(self._fd, rec)
         seg.size += len(rec)
         seg.ends.append(seg.size)
+        seg.topics.append(topic)
         self._unsynced += 1
         if self.fsync == "always" or (isinstance(self.fsync, int) and self._unsynced >= self.fsync):
             os.fsync(self._fd)
@@ -286,12 +361,13 @@ class Spool:
 
     def _drop_oldest(self) -> None:
         seg = self._segments.pop(0)
-        if seg.live:
-            self._dropped += seg.live
+        unsent = seg.live - sum(1 for i in range(seg.acked, len(seg.ends)) if self._covered(seg, i))
+        if unsent:
+            self._dropped += unsent
             log.warning(
                 "spool full (max_bytes=%d): dropped %d unsent batches of segment %s",
                 self.max_bytes,
-                seg.live,
+                unsent,
                 seg.path.name,
             )
         seg.path.unlink(missing_ok=True)
@@ -310,6 +386,7 @@ class Spool:
         space while the iteration runs is skipped; a record found corrupt on disk ends its segment."""
         with self._lock:
             plan = [(seg, seg.acked, len(seg.ends)) for seg in self._segments if seg.live]
+            ahead = dict(self._ahead)  # batches acknowledged with their topic are skipped
         for seg, first, stop in plan:
             try:
                 f = seg.path.open("rb")
@@ -319,6 +396,10 @@ class Spool:
                 f.seek(seg.start_of(first))
                 for index in range(first, stop):
                     start, end = seg.start_of(index), seg.ends[index]
+                    pos = ahead.get(seg.topics[index])
+                    if pos is not None and (seg.id, index) <= pos:
+                        f.seek(end)
+                        continue
                     data = f.read(end - start)
                     length, crc = _PREFIX.unpack_from(data, 0) if len(data) >= 8 else (0, 0)
                     if len(data) != end - start or zlib.crc32(data[8:], zlib.crc32(data[:4])) != crc:
@@ -347,8 +428,45 @@ class Spool:
                     seg.acked = len(seg.ends)
                 elif seg.id == entry.segment:
                     seg.acked = max(seg.acked, min(entry.index + 1, len(seg.ends)))
+            self._advance()
             self._delete_finished()
-            self._write_ack(entry.segment, entry.end)
+            self._write_ack()
+
+    def ack_topic(self, entry: SpoolEntry) -> None:
+        """Acknowledges `entry` and every batch before it in the same topic (the caller knows they were
+        all delivered), leaving other topics' batches waiting. Where that closes the gap before the
+        oldest waiting batch, the whole prefix is acknowledged as by `ack`."""
+        with self._lock:
+            pos = (entry.segment, entry.index)
+            if pos <= self._ahead.get(entry.topic, (-1, -1)) or pos < self._prefix_end():
+                return
+            self._ahead[entry.topic] = pos
+            self._advance()
+            self._delete_finished()
+            self._write_ack()
+
+    def _covered(self, seg: _Segment, index: int) -> bool:
+        """Whether the record was acknowledged with its topic (`ack_topic`), past the prefix."""
+        pos = self._ahead.get(seg.topics[index])
+        return pos is not None and (seg.id, index) <= pos
+
+    def _prefix_end(self) -> tuple[int, int]:
+        """(segment, index) of the oldest batch not acknowledged by position."""
+        for seg in self._segments:
+            if seg.live:
+                return seg.id, seg.acked
+        return self._next_id, 0
+
+    def _advance(self) -> None:
+        """Moves the prefix over batches acknowledged with their topic, and forgets topic positions
+        the prefix has reached."""
+        for seg in self._segments:
+            while seg.acked < len(seg.ends) and self._covered(seg, seg.acked):
+                seg.acked += 1
+            if seg.live:
+                break
+        first = self._prefix_end()
+        self._ahead = {t: pos for t, pos in self._ahead.items() if pos >= first}
 
     def _delete_finished(self) -> None:
         """Deletes leading segments that are fully acknowledged, except the one being written."""
@@ -359,14 +477,34 @@ class Spool:
             self._segments.pop(0)
             seg.path.unlink(missing_ok=True)
 
-    def _write_ack(self, seg_id: int, end: int) -> None:
-        """Atomic but never fsynced, whatever the policy: an ack lost to a power failure only replays
-        batches that were already delivered, which the loader drops by seq; an fsync per delivery
-        round would cost more than everything else the agent does."""
-        tmp = self.dir / (_ACK_FILE + ".tmp")
-        with tmp.open("w") as f:
-            json.dump({"version": FORMAT_VERSION, "segment": seg_id, "end": end}, f)
-        os.replace(tmp, self.dir / _ACK_FILE)
+    def _write_ack(self) -> None:
+        """Rewrites the ack file in place: one pwrite of a fixed-size block (JSON padded with spaces,
+        so no tail of a longer old version survives), never fsynced, whatever the policy. It runs on
+        every delivery, so it must cost microseconds: a rename cost ~0.8 ms here, an fsync more than
+        everything else the agent does. A process kill cannot tear a single pwrite (the page cache
+        survives it); a power loss can, and an unreadable ack replays from the oldest segment, which
+        the loader's dedup by seq absorbs."""
+        last = None
+        for seg in self._segments:
+            if seg.acked:
+                last = (seg.id, seg.ends[seg.acked - 1])
+            if seg.live:
+                break
+        if last is None:  # nothing acknowledged is on disk: name the id just below the oldest segment
+            last = ((self._segments[0].id if self._segments else self._next_id) - 1, len(HEADER))
+        by_id = {seg.id: seg for seg in self._segments}
+        body = json.dumps(
+            {
+                "version": FORMAT_VERSION,
+                "segment": last[0],
+                "end": last[1],
+                "topics": {t: [s, by_id[s].ends[i]] for t, (s, i) in self._ahead.items() if s in by_id},
+            }
+        ).encode()
+        self._ack_size = max(self._ack_size, -(-len(body) // _ACK_SIZE) * _ACK_SIZE)
+        if self._ack_fd is None:
+            self._ack_fd = os.open(self.dir / _ACK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        os.pwrite(self._ack_fd, body.ljust(self._ack_size), 0)
 
     # ---------------------------------------------------------------- state
 
@@ -378,11 +516,24 @@ class Spool:
         with self._lock:
             return SpoolStats(
                 bytes=self._bytes(),
-                batches=sum(s.live for s in self._segments),
+                batches=sum(s.live for s in self._segments) - self._ahead_count(),
                 dropped=self._dropped,
                 torn=self._torn,
                 segments=len(self._segments),
             )
+
+    def _ahead_count(self) -> int:
+        """Batches past the prefix acknowledged with their topic (at most one send window of them)."""
+        if not self._ahead:
+            return 0
+        last = max(self._ahead.values())
+        n = 0
+        for seg in self._segments:
+            for i in range(seg.acked, len(seg.ends)):
+                if (seg.id, i) > last:
+                    return n
+                n += self._covered(seg, i)
+        return n
 
     def __len__(self) -> int:
         return self.stats.batches
@@ -405,6 +556,9 @@ class Spool:
     def close(self) -> None:
         with self._lock:
             self._close_fd()
+            if self._ack_fd is not None:
+                os.close(self._ack_fd)
+                self._ack_fd = None
 
     def __enter__(self) -> "Spool":
         return self

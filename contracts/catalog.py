@@ -126,6 +126,29 @@ AGENT_SELF_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 exposed (prometheus_client appends the suffix itself, so the agent strips it when declaring)."""
 
 
+AGENT_DERIVED_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "goodput_gpu_xid_errors_total": (
+        "counter",
+        "Agent ticks in which the GPU reported this XID code (the field xid is the tick's last XID, so "
+        "repeats of one code within a tick count once); since the agent started.",
+        ("gpu", "UUID", "Hostname", "xid"),
+    ),
+    "goodput_gpu_lost": (
+        "gauge",
+        "1 if NVML reported the GPU lost (GPU_IS_LOST, 'fallen off the bus') in the latest tick, else 0.",
+        ("gpu", "UUID", "Hostname"),
+    ),
+    "goodput_nic_port_active": (
+        "gauge",
+        "1 if the RDMA port's state is ACTIVE, else 0 (DOWN, INIT, ARMED, POLLING): link down is alertable.",
+        ("device", "port"),
+    ),
+}
+"""Series the agent derives from sample fields that are no number (the XID code, lost, the port state):
+name -> (type, help, label names). A scrape between two XIDs misses the one-tick `goodput_gpu_last_xid`;
+the counter does not."""
+
+
 LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "goodput_loader_consumer_lag_records": (
         "gauge",
@@ -184,3 +207,99 @@ LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 """The loader service's own health (pipeline/loader_service.py): name -> (type, help, label names), as
 exposed; dashboards and alerts read these names from here. Counters end in `_total` as exposed."""
+
+
+GOODPUT_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "goodput_analysed_until_timestamp_seconds": (
+        "gauge",
+        'End of the latest analysed window in the store ("data analysed up to"); the other '
+        "goodput_ series cover the lookback before it.",
+        (),
+    ),
+    "goodput_exporter_lookback_seconds": (
+        "gauge",
+        "Span the goodput_ series cover, ending at goodput_analysed_until_timestamp_seconds.",
+        (),
+    ),
+    "goodput_exporter_refresh_timestamp_seconds": (
+        "gauge",
+        "When the series were last read from the store.",
+        (),
+    ),
+    "goodput_exporter_refresh_errors_total": (
+        "counter",
+        "Reads of the store that failed (the previous values stay served).",
+        (),
+    ),
+    "goodput_gpu_seconds": (
+        "gauge",
+        "GPU-seconds allocated in the lookback by goodput category (productive and every waste category).",
+        ("pool", "team", "category"),
+    ),
+    "goodput_job_gpu_seconds": (
+        "gauge",
+        "A job's GPU-seconds in the lookback by category; only the exported jobs (the top jobs by waste, "
+        "then running jobs, up to [exporter].max_jobs).",
+        ("job_id", "pool", "team", "category"),
+    ),
+    "goodput_job_last_window_ratio": (
+        "gauge",
+        "Share (0-1) of an exported job's GPU-seconds in its latest analysed window, by category "
+        "(a job in startup or checkpoint shows it here).",
+        ("job_id", "pool", "team", "category"),
+    ),
+    "goodput_exporter_jobs": (
+        "gauge",
+        "Jobs with GPU time in the lookback: exported (a job_id series) or not (over max_jobs).",
+        ("exported",),
+    ),
+    "goodput_straggler_windows": (
+        "gauge",
+        "Analysed windows in the lookback whose comm stall names a straggler GPU on this node.",
+        ("node",),
+    ),
+    "goodput_queue_wait_p90_seconds": (
+        "gauge",
+        "90th percentile (nearest rank) of submitted -> first GPU of jobs first allocated in the lookback.",
+        ("pool",),
+    ),
+    "goodput_queued_jobs": (
+        "gauge",
+        "Jobs submitted and not yet allocated a GPU at the end of the lookback.",
+        ("pool",),
+    ),
+    "goodput_gang_wait_max_seconds": (
+        "gauge",
+        "Longest first GPU -> gang complete of the pool's jobs allocated in the lookback (still waiting: "
+        "up to the end of the lookback).",
+        ("pool",),
+    ),
+    "goodput_faults": (
+        "gauge",
+        "Faults (failed or preempted attempts) in the lookback by kind (FAULT_KINDS).",
+        ("kind",),
+    ),
+}
+"""The goodput exporter (pipeline/goodput_exporter.py; served by the loader service after its embedded
+analyzers run, and by `goodput exporter --config`): name -> (type, help, label names). Recent analyzer
+results, so gauges over a lookback. Cardinality is bounded by configuration, never by the data:
+pool x team x category, max_jobs x category for the job series, nodes for stragglers, pools, kinds."""
+
+
+EXTERNAL_METRICS: dict[str, str] = {
+    "up": "Prometheus: 1 if the last scrape of the target succeeded.",
+    "kafka_brokers": "kafka_exporter (danielqsj/kafka_exporter): brokers in the cluster.",
+    "kafka_consumergroup_lag": "kafka_exporter: records behind, per consumergroup, topic, partition.",
+    "ClickHouseAsyncMetrics_FilesystemMainPathAvailableBytes": "ClickHouse: free bytes of the data path.",
+    "ClickHouseAsyncMetrics_FilesystemMainPathTotalBytes": "ClickHouse: size of the data path's volume.",
+    "ClickHouseAsyncMetrics_MaxPartCountForPartition": "ClickHouse: most active parts in a partition.",
+    "prometheus_rule_evaluation_failures_total": "Prometheus: rule evaluations that failed.",
+    "prometheus_notifications_errors_total": "Prometheus: errors sending alerts to Alertmanager.",
+    "prometheus_notifications_alertmanagers_discovered": "Prometheus: Alertmanagers it sends to.",
+    "prometheus_config_last_reload_successful": "Prometheus: 1 if the last config reload succeeded.",
+    "alertmanager_notifications_failed_total": "Alertmanager: notifications that failed, per integration.",
+    "alertmanager_config_last_reload_successful": "Alertmanager: 1 if the last config reload succeeded.",
+}
+"""Series of other exporters the alert rules read (alerts/rules.py): the pipeline's own parts (Kafka,
+ClickHouse, Prometheus, Alertmanager). Declared here like goodput's own, so that a rule cannot name a
+series nobody declared; the exporters' own docs define them."""

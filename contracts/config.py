@@ -400,6 +400,28 @@ class LoaderConfig(Table, frozen=True):
         return parse_address(self.metrics_address, "[loader].metrics_address")
 
 
+class ExporterConfig(Table, frozen=True):
+    """`[exporter]`: the goodput exporter's Prometheus series of recent analyzer results (docs/alerts.md):
+    what it covers and how many jobs get their own series, so that the cardinality is fixed here."""
+
+    metrics_address: str = "0.0.0.0:9480"
+    """host:port of `goodput exporter`'s /metrics (every interface: the Prometheus that scrapes it is on
+    another host); "" turns it off. The loader service serves the same series on its own endpoint."""
+    lookback_s: Seconds = 3600.0
+    """The series cover this span, ending at the latest analysed window."""
+    top_jobs: Annotated[int, Meta(ge=0)] = 20
+    """Jobs with the most waste in the lookback that get job_id series..."""
+    max_jobs: Count = 200
+    """...then jobs running in the latest window, up to this many job_id series in all."""
+    refresh_s: Seconds = 60.0
+    """`goodput exporter`: how often the store is read again."""
+
+    def __post_init__(self) -> None:
+        if self.top_jobs > self.max_jobs:
+            raise ValueError(f"top_jobs: {self.top_jobs} is above max_jobs ({self.max_jobs})")
+        _check_address(self.metrics_address, "metrics_address")
+
+
 # ------------------------------------------------------------------ transport and store
 
 
@@ -653,6 +675,7 @@ class Config(Table, frozen=True):
     report: ReportConfig = ReportConfig()
     topology: TopologyConfig = TopologyConfig()
     loader: LoaderConfig = LoaderConfig()
+    exporter: ExporterConfig = ExporterConfig()
     transport: TransportConfig = TransportConfig()
     store: StoreConfig = StoreConfig()
     simulation: SimulationConfig = SimulationConfig()
@@ -698,6 +721,7 @@ ENVIRONMENT = {
     "GOODPUT_NODE": ("agent", "node"),
     "GOODPUT_METRICS_ADDRESS": ("agent", "metrics_address"),
     "GOODPUT_LOADER_METRICS_ADDRESS": ("loader", "metrics_address"),
+    "GOODPUT_EXPORTER_METRICS_ADDRESS": ("exporter", "metrics_address"),
 }
 """Environment variables that override a key of the file (a non-empty value wins; `apply_env`). The
 DaemonSet sets GOODPUT_NODE from the downward API's spec.nodeName, and GOODPUT_METRICS_ADDRESS to the

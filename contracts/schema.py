@@ -707,7 +707,7 @@ ENVELOPE_FIELDS: tuple[tuple[str, str, str], ...] = (
         "seq",
         "int",
         "Per-(cluster, node, kind) batch sequence number: starts at 0, +1 per batch, survives "
-        "agent restarts. A repeated seq is a duplicate; a gap is loss upstream.",
+        "agent restarts, below 2^63. A repeated seq is a duplicate; a gap is loss upstream.",
     ),
     (
         "sent_ms",
@@ -715,7 +715,11 @@ ENVELOPE_FIELDS: tuple[tuple[str, str, str], ...] = (
         "When the agent sent (or first tried to send) the batch, Unix epoch ms, by the node's clock; "
         "against the Kafka broker's append time it gives the node's clock offset (docs/loader.md).",
     ),
-    ("agent", "str", "Sender software and version, e.g. 'goodput-agent/0.1.0' or 'goodput-sim/0.1.0'."),
+    (
+        "agent",
+        "str",
+        "Optional: sender software and version, e.g. 'goodput-agent/0.1.0' or 'goodput-sim/0.1.0'.",
+    ),
     ("columns", "object", "Field name -> array of values, all arrays of one length (the batch's rows)."),
 )
 

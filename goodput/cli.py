@@ -7,7 +7,9 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import NoReturn
 
+from alerts import build as alerts_build
 from contracts.config import ConfigError
 from pipeline import cli as pipeline_cli
 from pipeline.store import StoreError
@@ -15,7 +17,7 @@ from pipeline.store import StoreError
 # What the `pipeline` extra adds to the agent's base install. The commands import them only when they run,
 # so on a GPU node (`pip install goodput`, docs/agent.md) `goodput agent` works and the others say why not.
 ANALYTICS_PACKAGES = frozenset(
-    {"numpy", "pyarrow", "chdb", "polars", "pandas", "clickhouse_driver", "tomli_w", "tqdm"}
+    {"numpy", "pyarrow", "chdb", "polars", "pandas", "clickhouse_driver", "tomli_w", "tqdm", "yaml"}
 )
 
 
@@ -103,20 +105,64 @@ def cmd_agent(args) -> int:
     return 0
 
 
+def cmd_dashboards_build(args) -> int:
+    """Writes the Grafana dashboards and their provisioning (docs/dashboards.md)."""
+    try:
+        from dashboards.build import build
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] != "grafanalib":
+            raise
+        print(
+            "goodput dashboards build: needs grafanalib; pip install 'goodput[dashboards]'", file=sys.stderr
+        )
+        return 2
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        print(f"goodput dashboards build: --out {out} is a file; give a directory", file=sys.stderr)
+        return 2
+    for path in build(out):
+        print(path)
+    return 0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line naming the command and where to look (argparse prints
+    the whole usage block first): like every other goodput error, one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive(kind: type[int] | type[float]):
+    """An argparse type: a number of `kind` above 0 (GPUs, hours), refused by name otherwise."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} must be above 0")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="goodput", description="GPU cluster goodput analytics")
+    parser = OneLineParser(prog="goodput", description="GPU cluster goodput analytics")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="simulated cluster → embedded pipeline → per-team goodput table")
-    p.add_argument("--gpus", type=int, default=256)
-    p.add_argument("--hours", type=float, default=2.0)
+    p.add_argument("--gpus", type=positive(int), default=256)
+    p.add_argument("--hours", type=positive(float), default=2.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="goodput-demo", help="output directory (store, CSVs, ground truth)")
     p.add_argument("--config", help="cluster config to scale (default: the shipped example)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("simulate", help="write the simulated cluster's messages as JSON lines")
-    p.add_argument("--gpus", type=int, default=64)
-    p.add_argument("--hours", type=float, default=1.0)
+    p.add_argument("--gpus", type=positive(int), default=64)
+    p.add_argument("--hours", type=positive(float), default=1.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--config")
     p.add_argument("--out", required=True)
@@ -126,7 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="node name (default: GOODPUT_NODE, [agent].node, the host name)")
     p.add_argument("--state-dir", help="override [agent].state_dir (seq state and spool)")
     p.set_defaults(func=cmd_agent)
+    p = sub.add_parser("dashboards", help="Grafana dashboards as code")
+    dsub = p.add_subparsers(dest="dashboards_command", required=True)
+    p = dsub.add_parser("build", help="write the dashboards' JSON and Grafana provisioning YAML")
+    p.add_argument("--out", required=True, help="directory: dashboards/*.json, provisioning/*/goodput.yaml")
+    p.set_defaults(func=cmd_dashboards_build)
     pipeline_cli.register(sub)
+    alerts_build.register(sub)
     return parser
 
 
@@ -140,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (ConfigError, StoreError) as e:
         print(f"goodput {args.command}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path from the command line or the config: say which, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(
+            f"goodput {args.command}: {where}{e.strerror or e}: check the path and this user's permissions",
+            file=sys.stderr,
+        )
         return 2
     except ModuleNotFoundError as e:
         if (e.name or "").partition(".")[0] not in ANALYTICS_PACKAGES:

@@ -11,15 +11,19 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Callable, TypeVar
 
 from pipeline.store import Params, StoreError, StoreLocked, first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+T = TypeVar("T")
 
 
 _ESCAPED = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
@@ -34,20 +38,52 @@ def _param_texts(params: Params) -> dict[str, str]:
 
 
 class ChdbStore:
-    """The embedded ClickHouse engine in a directory (default ./goodput-data)."""
+    """The embedded ClickHouse engine in a directory (default ./goodput-data).
+
+    Opening fails with a one-line StoreError naming the path and what to do (a file where the directory
+    should be, a directory this user cannot create or write, a store another process holds, chDB
+    refusing the directory) and leaves nothing behind that it made: a command run with a mistyped
+    --store must not litter the disk with half-made stores."""
 
     LOCK_NAME = "goodput.lock"
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
+        """`create`: make the store if it does not exist (loading); else an absent store is an error
+        (commands that only read or reanalyse: nothing to read there)."""
+        from chdb import session  # imported late: chdb is heavy and only the store needs it
+
         self.path = Path(path).resolve()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.path / self.LOCK_NAME, "a+")
+        made = _make_directory(self.path, create)
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            before = set(os.listdir(self.path))
+        except OSError as e:
+            raise StoreError(
+                f"cannot read the goodput store directory {self.path} ({e.strerror}): run as its owner, "
+                f"or choose another --store (or [store].path)"
+            ) from None
+        try:
+            self._lock_file = self._lock()
+            self._session: session.Session | None = self._connect(session)
+        except BaseException:
+            _remove_new(self.path, made, before)
+            raise
+
+    def _lock(self) -> IO[str]:
+        lock_path = self.path / self.LOCK_NAME
+        try:
+            lock_file = open(lock_path, "a+")
+        except OSError as e:
+            raise StoreError(
+                f"cannot open the store's lock file {lock_path} ({e.strerror}): the goodput store "
+                f"{self.path} must be writable by this user (uid {os.getuid()}); run as its owner, or "
+                f"choose another --store (or [store].path)"
+            ) from None
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock_file.seek(0)
-            holder = self._lock_file.read().strip() or "an unknown process"
-            self._lock_file.close()
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "an unknown process"
+            lock_file.close()
             raise StoreLocked(
                 f"the goodput store {self.path} is in use by {holder}. chDB allows one process per "
                 f"data directory: stop that process, or point this command at its own --store/--out "
@@ -55,9 +91,9 @@ class ChdbStore:
                 f"with --analyze-every SECONDS; for other processes to read while it loads, use a "
                 f'ClickHouse server store ([store] kind = "server", docs/loader.md)'
             ) from None
-        self._lock_file.seek(0)
-        self._lock_file.truncate()
-        self._lock_file.write(
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(
             json.dumps(
                 {
                     "pid": os.getpid(),
@@ -66,10 +102,22 @@ class ChdbStore:
                 }
             )
         )
-        self._lock_file.flush()
-        from chdb import session  # imported late: chdb is heavy and only the store needs it
+        lock_file.flush()
+        return lock_file
 
-        self._session: session.Session | None = session.Session(str(self.path))
+    def _connect(self, session):
+        """chDB's session; when the engine refuses the directory, a StoreError carrying the engine's own
+        first line (it names the file it could not open), so the command's error stays one line."""
+        started, error, said = _engine_start(lambda: session.Session(str(self.path)))
+        if error is None:
+            sys.stderr.write(said)  # nothing held back when it started
+            return started
+        self._release_lock()
+        why = first_line(said, 300) or first_line(str(error), 300)
+        raise StoreError(
+            f"chDB could not open the store {self.path} ({why}): every file under it must be writable by "
+            f"this user (uid {os.getuid()}); run as its owner, or choose another --store (or [store].path)"
+        )
 
     def execute(self, sql: str, params: Params | None = None) -> None:
         self._run(sql, "CSV", params)
@@ -99,6 +147,9 @@ class ChdbStore:
         if self._session is not None:
             self._session.close()
             self._session = None
+        self._release_lock()
+
+    def _release_lock(self) -> None:
         if not self._lock_file.closed:
             self._lock_file.seek(0)
             self._lock_file.truncate()
@@ -110,3 +161,73 @@ class ChdbStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _engine_start(start: Callable[[], T]) -> tuple[T | None, Exception | None, str]:
+    """Runs `start` with file descriptor 2 held in a file: chDB's C++ engine writes its errors there,
+    where Python's sys.stderr does not see them. Returns (start's result, its exception, what was
+    written)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    result, error = None, None
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                result = start()
+            except Exception as e:  # chDB raises RuntimeError("... Error initializing EmbeddedServer")
+                error = e
+            finally:
+                os.dup2(saved, 2)
+            held.seek(0)
+            said = held.read().decode(errors="replace")
+    finally:
+        os.close(saved)
+    return result, error, said
+
+
+def _make_directory(path: Path, create: bool) -> Path | None:
+    """Makes the store's directory where it is missing; returns the topmost directory made (None if it
+    existed), for `_remove_new` to take away again if the store then cannot be opened."""
+    if path.is_dir():
+        if not create and not (path / ChdbStore.LOCK_NAME).exists():
+            raise StoreError(_missing(path, "holds no goodput store"))
+        return None
+    if path.exists() or path.is_symlink():
+        raise StoreError(
+            f"the goodput store {path} is a file, not a directory: point --store (or [store].path) at a "
+            f"directory (it is made if missing)"
+        )
+    if not create:
+        raise StoreError(_missing(path, "does not exist"))
+    top = path
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    try:
+        path.mkdir(parents=True)
+    except OSError as e:
+        raise StoreError(
+            f"cannot make the goodput store directory {path}: {e.strerror} ({e.filename}); choose a "
+            f"--store (or [store].path) where this user can make a directory"
+        ) from None
+    return top
+
+
+def _missing(path: Path, what: str) -> str:
+    return (
+        f"{path} {what}: load one first (`goodput ingest`, `goodput demo`), or point --store (or "
+        f"[store].path) at an existing store"
+    )
+
+
+def _remove_new(path: Path, made: Path | None, before: set[str]) -> None:
+    """Takes away what a failed open made: the directories it created, else the entries new in `path`."""
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        return
+    for name in set(os.listdir(path)) - before:
+        target = path / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)

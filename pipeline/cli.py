@@ -22,12 +22,17 @@ from transport.base import Record
 # small on every GPU node.
 
 
-def _store(args, cfg):
+def _store(args, cfg, *, create: bool = False):
+    """The store of the config (or --store), migrated; `create` only for the commands that load."""
     from pipeline import ddl
     from pipeline.stores import open_store
 
-    store = open_store(cfg.store.kind, args.store or cfg.store.path, cfg.store.server)
-    ddl.migrate(store)
+    store = open_store(cfg.store.kind, args.store or cfg.store.path, cfg.store.server, create=create)
+    try:
+        ddl.migrate(store)
+    except BaseException:
+        store.close()
+        raise
     return store
 
 
@@ -48,10 +53,16 @@ def cmd_ingest(args) -> int:
     if args.source is None:
         return _serve_kafka(args, cfg)
     path = Path(args.source)
-    if not path.exists():
-        print(f"goodput ingest: {path} does not exist", file=sys.stderr)
+    if not path.is_file():
+        print(
+            f"goodput ingest: --from {path} {'is not a file' if path.exists() else 'does not exist'}: give "
+            f"a file of messages, one JSON envelope per line (docs/messages.md; `goodput simulate --out "
+            f"FILE` and `goodput dead-letters --export FILE` write one)",
+            file=sys.stderr,
+        )
         return 2
-    with _store(args, cfg) as store:
+    open(path, "rb").close()  # unreadable: the command's OSError line, before a store is made for it
+    with _store(args, cfg, create=True) as store:
         loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
         progress = Progress("ingest", path.stat().st_size, unit="B", unit_scale=True)
         batch, read = [], 0
@@ -65,7 +76,8 @@ def cmd_ingest(args) -> int:
         loader.load(batch)
         t = loader.totals
         progress.done(
-            f"{t.records} messages, {sum(t.rows.values())} rows, {sum(t.dead_letters.values())} dead letters"
+            f"{t.records} messages: {sum(t.batches.values())} batches ({sum(t.rows.values())} rows) "
+            f"stored, {t.redelivered} already stored, {sum(t.dead_letters.values())} dead letters"
         )
         if t.dead_letters:
             print(
@@ -99,7 +111,7 @@ def _serve_kafka(args, cfg) -> int:
     every = cfg.loader.analyze_every_s if args.analyze_every is None else args.analyze_every
     if every < 0:
         raise config_mod.ConfigError(f"--analyze-every {every}: must be >= 0 seconds (0: never)")
-    with _store(args, cfg) as store:
+    with _store(args, cfg, create=True) as store:
 
         def analyze() -> None:
             window_ms = cfg.analyzer.window_s * 1000
@@ -227,6 +239,71 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_exporter(args) -> int:
+    """The goodput exporter on its own: reads the store every [exporter].refresh_s, serves /metrics."""
+    import logging
+    import signal
+    import threading
+
+    from pipeline.goodput_exporter import ExporterEndpoint, GoodputExporter
+
+    cfg = config_mod.load(args.config)
+    endpoint = cfg.exporter.metrics_address
+    if not endpoint:
+        raise config_mod.ConfigError(f"{cfg.source}: [exporter] metrics_address is empty: nothing to serve")
+    host, port = config_mod.parse_address(endpoint, "[exporter].metrics_address")
+    exporter = GoodputExporter(cfg)
+    server = ExporterEndpoint(exporter)
+    stop = threading.Event()
+    with _store(args, cfg) as store:
+        exporter.refresh(store)
+        bound = server.serve(host, port)
+        print(
+            f"goodput exporter: metrics on http://{bound[0]}:{bound[1]}/metrics", file=sys.stderr, flush=True
+        )
+        logging.getLogger("goodput.exporter").info("refreshing every %.0f s", cfg.exporter.refresh_s)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        try:
+            while not stop.wait(cfg.exporter.refresh_s):
+                exporter.refresh(store)
+        finally:
+            server.close()
+    return 0
+
+
+def cmd_dead_letters(args) -> int:
+    from pipeline import deadletters
+
+    cfg = config_mod.load(args.config)
+    where = deadletters.parse_filter(args.reason, args.since)
+    if args.limit < 0:
+        raise config_mod.ConfigError(f"--limit {args.limit}: must be >= 0 (0: all)")
+    with _store(args, cfg) as store:
+        by_reason = deadletters.counts(store, where)
+        total = sum(by_reason.values())
+        if args.export:
+            with open(args.export, "wb") as out:
+                n = deadletters.export(store, where, out)
+            print(
+                f"goodput dead-letters: wrote {n} messages to {args.export}; once their cause is fixed, "
+                f"load them again with: goodput ingest --from {args.export}",
+                file=sys.stderr,
+            )
+            return 0
+        rows = deadletters.listing(store, where, args.limit or None)
+    if args.json:
+        json.dump({"total": total, "by_reason": by_reason, "dead_letters": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if rows:
+        print(deadletters.format_listing(rows))
+    shown = f"; showing the oldest {len(rows)} (--limit 0 for all)" if len(rows) < total else ""
+    reasons = ", ".join(f"{r}={n}" for r, n in by_reason.items())
+    print(f"{total} dead letters{f' ({reasons})' if total else ''}{shown}", file=sys.stderr)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="goodput TOML config (default: the shipped example)")
@@ -267,6 +344,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--until-ms", type=int)
     p.set_defaults(func=cmd_analyze)
 
+    p = sub.add_parser(
+        "dead-letters",
+        parents=[common],
+        help="list the messages the loader refused, and why; --export them for a replay",
+    )
+    p.add_argument("--reason", help="only this reason (e.g. bad_type; docs/messages.md lists them)")
+    p.add_argument("--since", help="only those received since: an age (30m, 6h, 7d) or an ISO 8601 time")
+    p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/loader.md)")
+    p.add_argument("--limit", type=int, default=100, help="list at most this many, oldest first (0: all)")
+    p.add_argument(
+        "--export",
+        metavar="FILE",
+        help="write the raw messages, one per line, for `goodput ingest --from FILE` after a fix",
+    )
+    p.set_defaults(func=cmd_dead_letters)
+
     p = sub.add_parser("summary", parents=[common], help="per-team and per-job GPU time by category")
     p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/summary.md)")
     p.add_argument("--team", help="only this team's jobs and GPU time")
@@ -295,3 +388,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("job", help="job id as the scheduler knows it")
     p.add_argument("--json", action="store_true", help="print JSON (the format is in docs/summary.md)")
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser(
+        "exporter",
+        parents=[common],
+        help="Prometheus /metrics of recent analyzer results: goodput, waste, stragglers (docs/alerts.md)",
+    )
+    p.set_defaults(func=cmd_exporter)

@@ -169,6 +169,10 @@ agent restarts; a gap means loss upstream.
 
 Compatibility: within one `schema_version`, fields may be added (optional) but never removed, renamed or
 re-typed. The loader dead-letters fields it does not know (`unknown_field`), so upgrade loaders first.
+The envelope has exactly the keys below (`agent` may be left out): any other key is `unknown_field` too,
+since a key the loader ignored could be one a newer sender meant to matter. A key written twice in one
+object is `repeated_key` (JSON parsers keep one of the two values silently), and a message starting
+with a byte order mark is `not_json` (RFC 8259: senders must not add one).
 
 ## Topics
 | kind | topic | rows |
@@ -239,9 +243,12 @@ re-typed. The loader dead-letters fields it does not know (`unknown_field`), so 
         "## Dead-letter reasons",
         "",
         "not_json, non_finite, bad_envelope, unknown_version, unknown_kind, kind_mismatch, unknown_cluster, "
-        "unknown_node, unknown_field, ragged_columns, empty_batch, oversize_message, oversize_batch, "
+        "unknown_node (the sender, or the `node` of an `allocated`/`released` event, is in no pool of the "
+        "config), unknown_field, ragged_columns, empty_batch, oversize_message, oversize_batch, "
         "missing_field, bad_type, out_of_range (includes timestamps outside [now - max_past_days, now + "
-        "max_future_s] and values outside a field's range or enum), duplicate_seq.",
+        "max_future_s] and values outside a field's range or enum), bad_gpu_indices (an "
+        "`allocated`/`released` naming a GPU twice, a negative index, or one beyond the node's "
+        "`gpus_per_node`; without `[[pools]]`, beyond 63), repeated_key, duplicate_seq.",
         "",
     ]
     return "\n".join(out)
@@ -318,9 +325,22 @@ when the node cannot measure it; it disappears when its collector fails (then
             scale = f" (x{f.metric_scale:g})" if f.metric_scale != 1 else ""
             out.append(f"| `{name}` | {f.metric_type} | `{f.name}`{scale} | {f.help} |")
         out.append("")
+    out += ["## Agent: derived from fields that are no number", ""]
+    out += _self_metrics_table(catalog.AGENT_DERIVED_METRICS) + [""]
     out += ["## Agent: its own health", ""] + _self_metrics_table(catalog.AGENT_SELF_METRICS)
     out += ["", "## Loader (`goodput ingest --config`, default port 9479)", ""]
     out += _self_metrics_table(catalog.LOADER_METRICS) + [""]
+    out += [
+        "## Goodput exporter (the loader service with `--analyze-every`, or `goodput exporter --config`, "
+        "default port 9480)",
+        "",
+        "Recent analyzer results over `[exporter].lookback_s`, ending at the latest analysed window; "
+        "cardinality and alert rules in docs/alerts.md.",
+        "",
+    ]
+    out += _self_metrics_table(catalog.GOODPUT_METRICS) + [""]
+    out += ["## Other exporters' series the alert rules read (docs/alerts.md)", "", "| metric | meaning |"]
+    out += ["|---|---|"] + [f"| `{n}` | {h} |" for n, h in catalog.EXTERNAL_METRICS.items()] + [""]
     return "\n".join(out)
 
 

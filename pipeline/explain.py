@@ -137,6 +137,19 @@ JOB_KEYS = (
 )
 
 
+def _stragglers(store: Store, where: str, params: Params) -> list[dict]:
+    """The job's straggler episodes (table straggler_episodes), in time order."""
+    rows = _rows(
+        store,
+        f"""SELECT toInt64(toUnixTimestamp(start)) * 1000 AS start,
+                   toInt64(toUnixTimestamp(end)) * 1000 AS end,
+                   rank, node, gpu, kind, steps, slowdown_pct, score, gross, cost_gpu_seconds
+            FROM {catalog.STRAGGLER_EPISODES} {where} ORDER BY start, rank""",
+        params,
+    )
+    return [{**r, "start": iso(r["start"]), "end": iso(r["end"])} for r in rows]
+
+
 def explain(store: Store, cluster: str, job_id: str, currency: str) -> dict:
     """The job's explanation (docs/summary.md, `goodput explain --json`); UnknownJob when no output
     table names it."""
@@ -166,6 +179,7 @@ def explain(store: Store, cluster: str, job_id: str, currency: str) -> dict:
         "scheduling": scheduling,
         "categories": _categories(store, where, params, job["allocated_gpu_seconds"] or 0.0),
         "faults": _faults(store, where, params),
+        "stragglers": _stragglers(store, where, params),
     }
 
 
@@ -242,6 +256,14 @@ def format_explain(e: dict) -> str:
                         f"{r['failures']}x, {r['repeats']} within {r['window_s'] / 86400:g} d of the last"
                     )
             out.append(line)
+    if e["stragglers"]:
+        out += ["", "stragglers:"]
+        for g in e["stragglers"]:
+            out.append(
+                f"  {_when(g['start'], g['end'])}  rank {g['rank']} on {g['node']} GPU {g['gpu']}"
+                f"  {g['slowdown_pct']:.1f}% slower (score {g['score']:.2f}{', gross' * g['gross']}),"
+                f" {g['kind']}, {g['steps']} steps; cost the gang {g['cost_gpu_seconds']:,.1f} GPU-s"
+            )
     s = e["scheduling"]
     if s:
         waits = [

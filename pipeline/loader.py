@@ -64,14 +64,6 @@ class LoadStats:
             self.clock_offsets_ms[node] = max(off, self.clock_offsets_ms.get(node, off))
 
 
-@dataclass
-class _Poll:
-    """What one load has seen so far: record positions, and batch identities (cluster, node, kind, seq)."""
-
-    positions: set[tuple[str, int, int]] = field(default_factory=set)
-    batches: set[tuple[str, str, str, int]] = field(default_factory=set)
-
-
 class SeqTracker:
     """Which batch sequence numbers of each (cluster, node, kind) stream are already stored.
 
@@ -138,6 +130,10 @@ def _token(table: str, identities: Iterable[str]) -> str:
     return f"{table}-{h.hexdigest()}"
 
 
+def _duplicate(env: Envelope) -> str:
+    return f"batch {env.kind} seq {env.seq} from {env.node} is already stored"
+
+
 def _batch_ids(envs: list[Envelope]) -> Iterator[str]:
     return (f"{e.cluster}/{e.node}/{e.seq}" for e in envs)
 
@@ -197,14 +193,14 @@ class Loader:
         now_ms = int(self.clock() * 1000)
         stats = LoadStats()
         dead: list[tuple[Record, str, str, Envelope | None]] = []
-        accepted: list[Envelope] = []
-        in_poll = _Poll()
+        decoded: list[Envelope] = []
+        positions: set[tuple[str, int, int]] = set()  # of this load's records
         for rec in records:
             stats.records += 1
-            env = self._decode(rec, in_poll, dead, stats)
+            env = self._decode(rec, positions, dead, stats)
             if env is not None:
-                in_poll.batches.add((env.cluster, env.node, env.kind, env.seq))
-                accepted.append(env)
+                decoded.append(env)
+        accepted = self._one_per_seq(decoded, now_ms, dead)
         tables, rejected = to_tables(accepted, now_ms, self.limits)
         bad_ids = {id(e) for e, _ in rejected}
         for e, why in rejected:
@@ -248,13 +244,15 @@ class Loader:
         self.totals.add(stats)
         return stats
 
-    def _decode(self, rec: Record, in_poll: "_Poll", dead: list, stats: LoadStats) -> Envelope | None:
+    def _decode(
+        self, rec: Record, positions: set[tuple[str, int, int]], dead: list, stats: LoadStats
+    ) -> Envelope | None:
         """The record's envelope if it is new; else counts it as redelivered or dead-letters it."""
         position = (rec.topic, rec.partition, rec.offset)
-        if position in in_poll.positions:  # the same record fetched twice around a rebalance
+        if position in positions:  # the same record fetched twice around a rebalance
             stats.redelivered += 1
             return None
-        in_poll.positions.add(position)
+        positions.add(position)
         env = decode(rec.value, self.limits, _expected_kind(rec.topic, self.topic_prefix))
         if isinstance(env, Rejected):
             dead.append((rec, env.reason, env.detail, None))
@@ -266,17 +264,37 @@ class Loader:
         ):
             stats.redelivered += 1  # stored before, and Kafka delivers its position again
             return None
-        if self.seqs.seen(stream, env.seq) or (*stream, env.seq) in in_poll.batches:
-            dead.append(
-                (
-                    rec,
-                    "duplicate_seq",
-                    f"batch {env.kind} seq {env.seq} from {env.node} is already stored",
-                    env,
-                )
-            )
+        if self.seqs.seen(stream, env.seq):
+            dead.append((rec, "duplicate_seq", _duplicate(env), env))
             return None
         return env
+
+    def _one_per_seq(self, envs: list[Envelope], now_ms: int, dead: list) -> list[Envelope]:
+        """The envelopes to convert: one per batch identity. Only a batch that will be stored may occupy
+        its seq, so where one poll holds several records of the same (cluster, node, kind, seq), each
+        is validated on its own, in order: the first valid one wins, invalid ones are dead-lettered with
+        their own reason, later valid ones as `duplicate_seq`. Rare (an agent resending within one
+        poll), so the common path keeps converting all envelopes of a kind at once."""
+        count = Counter((e.cluster, e.node, e.kind, e.seq) for e in envs)
+        if all(n == 1 for n in count.values()):
+            return envs
+        winner: dict[tuple[str, str, str, int], Envelope] = {}
+        out = []
+        for e in envs:
+            identity = (e.cluster, e.node, e.kind, e.seq)
+            if count[identity] == 1:
+                out.append(e)
+            elif identity in winner:
+                dead.append((e.position, "duplicate_seq", _duplicate(e), e))
+            else:
+                _, rejected = to_tables([e], now_ms, self.limits)
+                if rejected:
+                    why = rejected[0][1]
+                    dead.append((e.position, why.reason, why.detail, e))
+                else:
+                    winner[identity] = e
+                    out.append(e)
+        return out
 
     @staticmethod
     def _ledger(envs: list[Envelope]) -> pa.Table:
@@ -319,6 +337,7 @@ def limits_from_config(cfg) -> Limits:
     return Limits(
         cluster=cfg.cluster.name,
         known_nodes=frozenset(nodes) if nodes else None,
+        inventory={n: p.gpus_per_node for p in cfg.pools for n in p.nodes} if cfg.pools else None,
         max_rows=cfg.loader.max_batch_rows,
         max_past_ms=int(cfg.loader.max_past_days * 86_400_000),
         max_future_ms=int(cfg.loader.max_future_s * 1000),

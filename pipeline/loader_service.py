@@ -39,6 +39,7 @@ from contracts import catalog
 from contracts.config import Config
 from contracts.exporter import MetricsEndpoint, declare
 from contracts.schema import KINDS, topic_for
+from pipeline.goodput_exporter import GoodputExporter
 from pipeline.loader import Loader, LoadStats, limits_from_config
 from pipeline.progress import Progress
 from pipeline.store import Store, StoreError
@@ -169,6 +170,12 @@ class LoaderService:
         self.topics = [topic_for(k, cfg.transport.topic_prefix) for k in KINDS]
         self.loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
         self.metrics = LoaderMetrics()
+        self.store = store
+        self.exporter: GoodputExporter | None = None
+        if analyze is not None and self.analyze_every_s:
+            # the analyzers' results, on the same endpoint, refreshed after each run (docs/alerts.md)
+            self.exporter = GoodputExporter(cfg)
+            self.metrics.registry.register(self.exporter)
         self.metrics_port: int | None = None
         self._progress = Progress("ingest", 1) if progress else None
         self._consumer: KafkaConsumerTransport | None = None
@@ -396,6 +403,8 @@ class LoaderService:
             log.error("analyzers failed: %s; loading goes on, the next run retries the range", e)
             return
         self.metrics.m.loader_analyzer_last_success_timestamp_seconds.set(time.time())
+        if self.exporter is not None:
+            self.exporter.refresh(self.store)
 
     def _close(self) -> None:
         if self._consumer is not None:

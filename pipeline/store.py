@@ -53,6 +53,6 @@ def quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def first_line(sql: str) -> str:
-    line = next((ln.strip() for ln in sql.splitlines() if ln.strip()), "")
-    return line[:120]
+def first_line(text: str, limit: int = 120) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line[:limit]

@@ -9,13 +9,16 @@ from contracts.config import StoreServerConfig
 from pipeline.store import Store, StoreError
 
 
-def open_store(kind: str, path: str | os.PathLike, server: StoreServerConfig | None = None) -> Store:
+def open_store(
+    kind: str, path: str | os.PathLike, server: StoreServerConfig | None = None, *, create: bool = True
+) -> Store:
     """The store named by configuration: "chdb" in directory `path`, or "server", a ClickHouse server
-    described by the `[store.server]` table (pipeline/server_store.py, docs/clickhouse-server.md)."""
+    described by the `[store.server]` table (pipeline/server_store.py, docs/clickhouse-server.md).
+    `create`: a missing chDB store is made (loading), else refused (reading: nothing would be there)."""
     if kind == "chdb":
         from pipeline.chdb_store import ChdbStore  # chDB loads only for the embedded store
 
-        return ChdbStore(path)
+        return ChdbStore(path, create=create)
     if kind == "server":
         from pipeline.server_store import ServerStore  # the driver loads only when used
 

@@ -11,16 +11,17 @@ converting message by message, to dead-letter the culprit and keep the rest.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contracts.schema import KINDS, SCHEMA_VERSION, Field, Kind
+from contracts.schema import ENVELOPE_FIELDS, KINDS, SCHEMA_VERSION, Field, Kind
 from pipeline.ddl import arrow_type, column_name
 
 MAX_MESSAGE_BYTES = 16 * 2**20
@@ -66,6 +67,66 @@ class Limits:
     max_future_ms: int = 300_000
     max_str_len: int = 1024
     """Longest string value (characters): names and ids, never payloads; a longer one is an agent bug."""
+    inventory: Mapping[str, int] | None = None
+    """GPUs per node of every node in a pool (`[[pools]] gpus_per_node`): what an allocation may name.
+    None when the config has no pools; then only the schema's bound on a GPU index applies."""
+
+
+_ENVELOPE_KEYS = frozenset(name for name, _type, _help in ENVELOPE_FIELDS)
+
+
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> None:
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Repeated(key)
+        seen.add(key)
+
+
+def _repeated_key(value: bytes, doc: dict) -> str | None:
+    """A key written twice in one object, which orjson (like most parsers) resolves silently to the last
+    value: a batch could then mean two things. Fast path, without a second parse: every key in the
+    message is followed by a colon, and every other colon is inside a string; so if the message holds
+    exactly as many colons as the parsed keys (envelope and columns, the only objects of a valid
+    message) plus the colons inside the parsed strings, and holds no backslash (no escape that
+    parses to a colon the bytes do not hold), no key was written twice. A discarded
+    duplicate, a nested object, or strings this count skips (mixed or nested columns, which are
+    refused later anyway) all leave colons unaccounted for, and then the stdlib parser (several times
+    slower than orjson) looks at every object's keys, for such messages only."""
+    columns = doc.get("columns")
+    if not isinstance(columns, dict):
+        columns = {}
+    expected = len(doc) + len(columns) + _colons(doc) + _colons(columns)
+    if value.count(b":") == expected and b"\\" not in value:  # an escape could spell a colon (\u003a)
+        return None
+    try:
+        json.loads(value, object_pairs_hook=_refuse_repeats)
+    except _Repeated as e:
+        return e.key
+    except (ValueError, RecursionError):  # orjson read it; a stricter reader's objection is no repeat
+        return None
+    return None
+
+
+def _colons(obj: dict) -> int:
+    """Colons in the keys of `obj` and in its string values, and in the strings of its arrays of
+    strings; numeric arrays (told by their first element) are skipped, so this may count too few,
+    never too many."""
+    n = sum(k.count(":") for k in obj)
+    for v in obj.values():
+        if isinstance(v, str):
+            n += v.count(":")
+        elif isinstance(v, list) and v and not isinstance(v[0], (int, float, list)):
+            try:
+                n += "".join(v).count(":")  # all strings: one C call
+            except TypeError:  # absent values (None) among them
+                n += sum(x.count(":") for x in v if isinstance(x, str))
+    return n
 
 
 _NON_FINITE = re.compile(rb"[:,\[]\s*-?(NaN|Infinity)\b")
@@ -87,6 +148,19 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         return Rejected("not_json", f"not a JSON envelope: {e}")
     if not isinstance(doc, dict):
         return Rejected("bad_envelope", f"top level is {type(doc).__name__}, expected an object")
+    if (repeated := _repeated_key(value, doc)) is not None:
+        return Rejected(
+            "repeated_key", f"key {repeated!r} appears twice in one object: which value is meant is unclear"
+        )
+    extra = sorted(set(doc) - _ENVELOPE_KEYS)
+    if extra:
+        return Rejected(
+            "unknown_field", f"the envelope has no key(s) {', '.join(extra)} in schema v{SCHEMA_VERSION}"
+        )
+    if not isinstance(doc.get("agent", ""), str):
+        return Rejected(
+            "bad_envelope", f"envelope field 'agent' is {type(doc['agent']).__name__}, expected str"
+        )
     for name, typ in _ENVELOPE_TYPES.items():
         if name not in doc:
             return Rejected("bad_envelope", f"envelope field {name!r} is missing")
@@ -118,8 +192,8 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         return Rejected(
             "unknown_node", f"node {doc['node']!r} is in no pool and not a control node of the config"
         )
-    if doc["seq"] < 0:
-        return Rejected("bad_envelope", f"seq {doc['seq']} is negative")
+    if not 0 <= doc["seq"] < 2**63:
+        return Rejected("bad_envelope", f"seq {doc['seq']} is not in [0, 2^63)")
     if not 0 <= doc["sent_ms"] < 2**63:
         return Rejected("bad_envelope", f"sent_ms {doc['sent_ms']} is not an epoch millisecond time")
     columns = doc["columns"]
@@ -152,7 +226,7 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         doc["node"],
         doc["seq"],
         doc["sent_ms"],
-        str(doc.get("agent", "")),
+        doc.get("agent", ""),
         columns,
         rows,
     )
@@ -226,6 +300,43 @@ def _check_array(f: Field, arr: pa.Array, now_ms: int, limits: Limits) -> str | 
     return None
 
 
+_PLACEMENT_EVENTS = ("allocated", "released")
+_SCHEMA_GPUS = 1 + int(KINDS["gpu"].field("gpu").max or 0)
+"""The most GPUs a node can have by the schema (a GPU sample's index range): the inventory without pools."""
+
+
+def _check_placements(arrays: dict[str, pa.Array], limits: Limits) -> str | None:
+    """An allocation is charged per GPU it names, so its GPUs must be the node's own: no index twice,
+    none negative, none beyond the node's inventory, and the node in a pool (else its GPUs would be
+    counted with no pool and no price). Returns "reason: detail" for the first row that is not."""
+    placed = pc.is_in(arrays["event"], pa.array(_PLACEMENT_EVENTS))
+    if not pc.any(placed).as_py():
+        return None
+    rows = zip(
+        pc.filter(arrays["job_id"], placed).to_pylist(),
+        pc.filter(arrays["event"], placed).to_pylist(),
+        pc.filter(arrays["node"], placed).to_pylist(),
+        pc.filter(arrays["gpu_indices"], placed).to_pylist(),
+        strict=True,
+    )
+    for job, event, node, gpus in rows:
+        what = f"{event} of job {job!r} on node {node!r}"
+        if limits.inventory is not None and node not in limits.inventory:
+            return (
+                f"unknown_node: {what}: the node is in no pool, so its GPUs would have no pool and no "
+                f"price; add it to a [[pools]] nodes list, then replay the dead letter"
+            )
+        if len(set(gpus)) < len(gpus):
+            return f"bad_gpu_indices: {what} names a GPU more than once: {gpus}"
+        if gpus and min(gpus) < 0:
+            return f"bad_gpu_indices: {what} names a negative GPU index: {gpus}"
+        count = limits.inventory[node] if limits.inventory is not None else _SCHEMA_GPUS
+        if gpus and max(gpus) >= count:
+            where = "the node has" if limits.inventory is not None else "a node has at most"
+            return f"bad_gpu_indices: {what} names GPU {max(gpus)}; {where} {count} GPUs (0-{count - 1})"
+    return None
+
+
 def _per_row(values: list, typ: pa.DataType, rows: np.ndarray) -> pa.Array:
     """One value per envelope repeated over that envelope's rows, without a Python object per row."""
     return pa.array(values, typ).take(np.repeat(np.arange(len(values)), rows))
@@ -256,6 +367,8 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
         if problem:
             raise ValueError(f"out_of_range: {problem}")
         arrays[column_name(f)] = arr.cast(typ) if f.name == "ts_ms" else arr
+    if kind.name == "job" and (problem := _check_placements(arrays, limits)):
+        raise ValueError(problem)
     arrays["seq"] = _per_row([e.seq for e in envs], pa.uint64(), rows)
     arrays["batch_row"] = pa.array(np.concatenate([np.arange(n, dtype=np.uint32) for n in rows]))
     return pa.table(arrays)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import msgspec
 
@@ -194,7 +194,12 @@ class KafkaProducerTransport:
         """Bytes of values sent but neither acknowledged nor failed yet."""
         return self._pending_bytes
 
-    def send(self, topic: str, key: bytes, value: bytes) -> None:
+    def send(
+        self, topic: str, key: bytes, value: bytes, on_delivered: Callable[[], None] | None = None
+    ) -> None:
+        """Queues one record. `on_delivered` is called once the broker acknowledged it (from the
+        producer's network thread, before the record stops counting as pending, so a caller that sees
+        nothing pending has seen every delivery); it must not raise."""
         from kafka.errors import KafkaError
 
         size = len(value) + len(key or b"")
@@ -220,7 +225,15 @@ class KafkaProducerTransport:
                 f"(ensure_topics)? {self.settings.what_to_check()}",
                 [record],
             ) from e
-        future.add_callback(lambda _meta: self._settle(size))
+
+        def delivered(_meta: Any) -> None:
+            try:
+                if on_delivered is not None:
+                    on_delivered()
+            finally:
+                self._settle(size)
+
+        future.add_callback(delivered)
         future.add_errback(lambda exc: self._settle(size, (seq, record, exc)))
 
     def _settle(
@@ -275,6 +288,24 @@ class KafkaProducerTransport:
                 sender.force_close()
 
 
+_ASSIGNOR_LOGGERS = (
+    "kafka.coordinator.assignors.range",
+    "kafka.coordinator.assignors.roundrobin",
+    "kafka.coordinator.assignors.sticky.sticky_assignor",
+)
+
+
+class _NoPartitionMetadata(logging.Filter):
+    """Drops the assignors' "No partition metadata for topic" lines: KafkaConsumerTransport fetches
+    the metadata before joining and names a missing topic itself, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No partition metadata for topic")
+
+
+_NO_METADATA = _NoPartitionMetadata()
+
+
 class KafkaConsumerTransport:
     """transport.base.Consumer over kafka-python's KafkaConsumer, in a consumer group.
 
@@ -318,6 +349,36 @@ class KafkaConsumerTransport:
             raise TransportError(
                 f"Kafka consumer (group {self.group_id}) could not start: {_why(e)}; {s.what_to_check()}"
             ) from e
+        self._check_topics()
+
+    def _check_topics(self) -> None:
+        """Fetches the topics' metadata before the first poll joins the group.
+
+        Why: a group leader that joins before the metadata of the topics it subscribed to has arrived
+        assigns without them, and kafka-python's assignors log "No partition metadata for topic ..."
+        for each. Fetched up front, the metadata is there; a topic that really does not exist is
+        said once, here, with what to do, and the assignors' repetition of it is filtered out."""
+        from kafka.errors import KafkaError
+
+        try:
+            visible = self._consumer.topics()
+        except KafkaError as e:
+            raise TransportError(
+                f"Kafka consumer (group {self.group_id}) could not read the topics' metadata: {_why(e)}; "
+                f"{self.settings.what_to_check()}"
+            ) from e
+        missing = [t for t in self.topics if t not in visible]
+        if missing:
+            log.warning(
+                "Kafka topics %s do not exist: nothing is read from them until they are created "
+                "(transport.kafka.ensure_topics creates every goodput topic), and a created topic is "
+                "picked up at the next metadata refresh",
+                ", ".join(missing),
+            )
+        for name in _ASSIGNOR_LOGGERS:
+            logger = logging.getLogger(name)
+            if _NO_METADATA not in logger.filters:
+                logger.addFilter(_NO_METADATA)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to `max_records` records, waiting at most `timeout_s` for the first; in offset order within

@@ -625,7 +625,7 @@ LEFT JOIN tmp_evidence_base AS b ON w.job_id = b.job_id AND w.node = b.node
 LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
 LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
 LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.rank AS rank, sw.node AS node, sw.gpu AS gpu,
-                  sw.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
+                  e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
            FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
                ON sw.job_id = e.job_id AND sw.rank = e.rank AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
     ON w.job_id = sg.job_id AND w.wi = sg.wi

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 
@@ -137,23 +138,37 @@ class ScriptedProducer:
     """Stands in for Kafka only where a real broker cannot be made to fail on cue: it accepts sends
     and, at flush, fails the records whose value is in `fail` (as KafkaSendError does)."""
 
-    def __init__(self, fail: set[bytes] = frozenset(), refuse_after: int | None = None):
-        self.fail, self.refuse_after = set(fail), refuse_after
+    def __init__(
+        self, fail: set[bytes] = frozenset(), refuse_after: int | None = None, hold: set[bytes] = frozenset()
+    ):
+        self.fail, self.refuse_after, self.hold = set(fail), refuse_after, set(hold)
         self.sent: list[bytes] = []
-        self.pending_bytes = 0
-        self._queued: list[tuple[str, bytes, bytes]] = []
+        self._queued: list = []
 
-    def send(self, topic, key, value):
+    @property
+    def pending_bytes(self):
+        return sum(len(r[2]) for r in self._queued)
+
+    def send(self, topic, key, value, on_delivered=None):
         if self.refuse_after is not None and len(self._queued) >= self.refuse_after:
             raise KafkaSendError("max_pending_bytes reached", [(topic, key, value)])
-        self._queued.append((topic, key, value))
+        self._queued.append((topic, key, value, on_delivered))
 
     def flush(self, timeout_s=None):
-        queued, self._queued = self._queued, []
-        self.sent += [v for _, _, v in queued if v not in self.fail]
-        failed = [r for r in queued if r[2] in self.fail]
+        """Delivers or fails what was sent, except the values in `hold`: those stay pending (a broker
+        that went away mid-round), and flush then times out as the real one does."""
+        queued = [r for r in self._queued if r[2] not in self.hold]
+        self._queued = [r for r in self._queued if r[2] in self.hold]
+        for _, _, v, on_delivered in queued:
+            if v not in self.fail:
+                self.sent.append(v)
+                on_delivered()
+        failed = [r[:3] for r in queued if r[2] in self.fail]
         if failed:
             raise KafkaSendError(f"{len(failed)} failed", failed)
+        if self._queued:
+            time.sleep(timeout_s or 0)
+            raise TransportError(f"{len(self._queued)} records still unacknowledged")
 
     def close(self, timeout_s=None):
         pass
@@ -193,11 +208,55 @@ def test_a_failed_batch_stops_the_ack_there_and_is_sent_again_in_order(tmp_path)
     assert [e.value for e in spool.replay()] == [b"v-3", b"v-4", b"v-5"], (
         "acked exactly the prefix before v-3"
     )
-    assert rec.n_delivered == 3 and rec.n_failed == 3
+    assert rec.n_delivered == 5 and rec.n_failed == 1
     producer.fail.clear()
     assert sender.send_window(list(spool.replay())) == 3
     assert len(spool) == 0 and rec.n_replayed == 3, "the retried batches count as replayed"
-    assert producer.sent == [b"v-0", b"v-1", b"v-2", b"v-4", b"v-5", b"v-3", b"v-4", b"v-5"]
+    assert producer.sent == [b"v-0", b"v-1", b"v-2", b"v-4", b"v-5", b"v-3", b"v-4", b"v-5"], (
+        "within one topic the order wins: what followed the failed batch goes again after it"
+    )
+
+
+def test_delivered_batches_leave_the_spool_while_the_rest_of_the_round_is_in_flight(tmp_path):
+    """The "spool gauge at 99 for 2 minutes after the broker came back" report: a round was
+    acknowledged only once all of it had settled, so while one batch stayed in flight (up to the
+    producer's 120 s delivery timeout) the delivered ones counted as waiting, and a stop or a crash
+    then sent them again at the next start."""
+    producer = ScriptedProducer(hold={b"nic-0"})
+    spool = Spool(tmp_path / "spool", fsync="never")
+    spool.append("goodput.nic", b"n", b"nic-0")
+    for i in range(98):
+        spool.append("goodput.gpu", b"n", f"gpu-{i}".encode())
+    sender = SpoolSender(spool, lambda: producer, Recorder(), flush_step_s=0.05)
+    sender.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(producer.sent) < 98 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert spool.stats.batches == 1, "only the batch in flight is waiting"
+        with Spool(tmp_path / "spool") as after_a_crash:
+            assert [e.value for e in after_a_crash.replay()] == [b"nic-0"], "a restart sends only it"
+    finally:
+        sender.stop(0.1)
+    assert [e.value for e in spool.replay()] == [b"nic-0"]
+
+
+def test_a_failed_batch_of_one_topic_leaves_the_other_topics_deliveries_acknowledged(tmp_path):
+    producer = ScriptedProducer(fail={b"nic-1"})
+    sender, spool, rec = _sender(tmp_path, producer)
+    for i in range(3):
+        spool.append("goodput.gpu", b"n", f"gpu-{i}".encode())
+        spool.append("goodput.nic", b"n", f"nic-{i}".encode())
+    assert sender.send_window(list(spool.replay())) == 3  # gpu-0 nic-0 gpu-1, then nic-1 failed
+    waiting = [b"nic-1", b"nic-2"]
+    assert [e.value for e in spool.replay()] == waiting and spool.stats.batches == 2
+    with Spool(tmp_path / "spool") as after_a_crash:
+        assert [e.value for e in after_a_crash.replay()] == waiting, "the acknowledgements are on disk"
+        assert after_a_crash.stats.batches == 2
+    producer.fail.clear()
+    assert sender.send_window(list(spool.replay())) == 2
+    assert producer.sent.count(b"gpu-2") == 1 and len(spool) == 0
 
 
 def test_a_refused_send_leaves_the_rest_for_the_next_window(tmp_path):
@@ -267,6 +326,38 @@ def test_samples_exported_with_labels_scale_and_vanish_when_forgotten():
     assert "goodput_gpu_sm_clock_hertz" not in fams and "goodput_collector_success" in fams
 
 
+def test_xids_count_by_code_lost_gpus_and_port_state_are_series():
+    """An XID is a counter per code that a scrape cannot miss; a lost GPU and a port not ACTIVE are
+    gauges an alert can test (contracts.catalog.AGENT_DERIVED_METRICS, the schema's `lost` field)."""
+    m = AgentMetrics("gpu-a-001")
+    gpu = {"ts_ms": 1, "gpu": 2, "uuid": "GPU-y"}
+    for tick in ({"xid": 79}, {}, {"xid": 79, "lost": True}, {"xid": 13}):
+        m.samples.update("nvml", "gpu", [{**gpu, **tick}])
+    m.samples.update(
+        "rdma",
+        "nic",
+        [
+            {"ts_ms": 1, "device": "mlx5_0", "port": 1, "state": "ACTIVE"},
+            {"ts_ms": 1, "device": "mlx5_1", "port": 1, "state": "DOWN"},
+        ],
+    )
+    text = generate_latest(m.registry).decode()
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    xid = {"gpu": "2", "UUID": "GPU-y", "Hostname": "gpu-a-001"}
+    assert got[("goodput_gpu_xid_errors_total", tuple(sorted({**xid, "xid": "79"}.items())))] == 2
+    assert got[("goodput_gpu_xid_errors_total", tuple(sorted({**xid, "xid": "13"}.items())))] == 1
+    ports = {dict(k)["device"]: v for (n, k), v in got.items() if n == "goodput_nic_port_active"}
+    assert ports == {"mlx5_0": 1.0, "mlx5_1": 0.0}
+    assert [v for (n, _), v in got.items() if n == "goodput_gpu_lost"] == [0.0]  # the latest tick: not lost
+    m.samples.update("nvml", "gpu", [{**gpu, "lost": True}])
+    fams = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
+    assert [s.value for s in fams["goodput_gpu_lost"].samples] == [1.0]
+
+
 def test_the_example_configs_agent_table_states_the_defaults():
     import tomllib
 
@@ -333,3 +424,26 @@ def test_a_full_spool_drops_the_oldest_and_counts_it_while_kafka_is_unreachable(
         assert b'"seq":399' in newest, "the newest batches are the ones kept"
     finally:
         agent.spool.close()
+
+
+def test_outage_log_warns_once_reminds_rarely_and_says_when_it_ended(caplog):
+    from agents.outage import OutageLog
+
+    now = [0.0]
+    outage = OutageLog(remind_s=300.0, clock=lambda: now[0])
+    outage.delivered(0)  # no outage going on: nothing to say
+    with caplog.at_level(logging.INFO, logger="agents.sender"):
+        for t in range(0, 700, 5):  # a failed round every 5 s for 700 s
+            now[0] = float(t)
+            outage.failed("connection refused", waiting=t)
+        now[0] = 701.0
+        outage.delivered(waiting=140)
+    lines = [(r.levelname, r.__dict__["outage"]) for r in caplog.records]
+    assert lines == [
+        ("WARNING", "started"),
+        ("WARNING", "ongoing"),
+        ("WARNING", "ongoing"),
+        ("INFO", "ended"),
+    ], "one warning, a reminder every 300 s, one line at the end"
+    assert "connection refused" in caplog.records[0].getMessage()
+    assert "701 s" in caplog.records[-1].getMessage() and not outage.failing

@@ -2,9 +2,13 @@
 its gang's median compute costs every other GPU that much (comm stall attributed to it; its own GPU stays
 productive); ranks under the threshold, noise, and runs shorter than straggler_min_steps are not flagged."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from pipeline.explain import explain, format_explain
 from tests.analyzers.scenario import Scenario
 
 N1, N2 = "gpu-core-001", "gpu-core-002"
@@ -86,3 +90,15 @@ def test_a_transient_gross_straggler_has_its_episode(sc):
 def test_a_run_shorter_than_straggler_min_steps_is_not_a_straggler(sc):
     gang(sc, slow=1.45, t0=200, t1=220)  # 20 steps < 30
     assert episodes(sc) == []
+
+
+def test_explain_names_the_straggler_and_what_it_cost(sc):
+    gang(sc, slow=1.45, t0=200, t1=300)
+    e = explain(sc.store, sc.cfg.cluster.name, "j", "USD")
+    (g,) = e["stragglers"]
+    doc = (Path(__file__).parents[2] / "docs" / "summary.md").read_text()
+    assert {f"stragglers[].{k}" for k in g} == set(re.findall(r"^\| `(stragglers\[\]\.[^`]+)` \|", doc, re.M))
+    assert (g["rank"], g["node"], g["gpu"], g["kind"], g["gross"]) == (3, N2, 1, "transient", True)
+    assert g["cost_gpu_seconds"] == pytest.approx(3 * 100 * COMPUTE * 0.45 / 1000, rel=0.05)
+    text = format_explain(e)
+    assert "stragglers:\n" in text and "rank 3 on gpu-core-002 GPU 1  45.0% slower" in text

@@ -11,6 +11,7 @@ import pytest
 
 from contracts import config, topology
 from contracts.config import ConfigError
+from pipeline.chdb_store import ChdbStore
 
 CONF = """\
 # two leaves under one spine
@@ -110,6 +111,7 @@ def test_analyze_with_a_bad_topology_conf_is_one_line_and_exit_2(tmp_path):
     )
     example = config.EXAMPLE_CONFIG.read_text()
     (tmp_path / "goodput.toml").write_text(example + '\n[topology]\nslurm_topology_conf = "topology.conf"\n')
+    ChdbStore(tmp_path / "store").close()  # analyze reads an existing store (it makes none)
     p = subprocess.run(
         [sys.executable, "-m", "goodput.cli", "analyze", "--config", str(tmp_path / "goodput.toml"),
          "--store", str(tmp_path / "store"), "--since-ms", "0", "--until-ms", "3600000"],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import time
 import uuid
 
 import pytest
@@ -133,3 +135,27 @@ def test_send_to_missing_topic_fails_with_a_clear_error(kafka_broker):
         assert err.value.undelivered == [("goodput.no-such-topic", b"n", b"v")]
     finally:
         p.close()
+
+
+def test_the_consumer_fetches_topic_metadata_before_joining_and_names_a_missing_topic_once(
+    kafka_broker, caplog
+):
+    """Load-time noise: kafka-python's assignors logged "No partition metadata for topic ..." at every
+    start for each topic whose metadata had not arrived when the group was joined, and on every
+    rebalance for a topic that does not exist."""
+    prefix = f"md{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_broker.bootstrap, kinds=("gpu",), partitions=2, prefix=prefix)
+    topics = [topic_for("gpu", prefix), topic_for("nic", prefix)]
+    with caplog.at_level(logging.DEBUG):
+        consumer = KafkaConsumerTransport(kafka_broker.bootstrap, topics, group_id=f"g-{prefix}")
+        try:
+            deadline = time.monotonic() + 30
+            while not consumer.assignment() and time.monotonic() < deadline:
+                consumer.poll(max_records=10, timeout_s=0.2)
+            assert consumer.assignment() == {(topics[0], 0), (topics[0], 1)}
+        finally:
+            consumer.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert not [m for m in lines if "No partition metadata" in m]
+    missing = [m for m in lines if "do not exist" in m]
+    assert len(missing) == 1 and topics[1] in missing[0] and "ensure_topics" in missing[0]

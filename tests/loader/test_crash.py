@@ -27,7 +27,7 @@ from tests.loader.helpers import (
 pytestmark = pytest.mark.kafka
 
 
-def test_sigkill_between_insert_and_commit_then_restart_is_exact(kafka_broker, tmp_path):
+def test_sigkill_between_insert_and_commit_then_restart_is_exact(kafka_broker, tmp_path, reliability):
     prefix = new_topics(kafka_broker.bootstrap, partitions=2)
     store_dir = tmp_path / "store"
     config = write_config(
@@ -71,3 +71,11 @@ def test_sigkill_between_insert_and_commit_then_restart_is_exact(kafka_broker, t
         assert len(keys) == len(set(keys)) == len(sent)
         dead = store.query_arrow("SELECT count() AS n FROM dead_letters").column("n")[0].as_py()
         assert dead == 0, "a redelivered batch is not an agent's duplicate"
+    reliability.fault(
+        "loader SIGKILLed between storing a batch and committing its offset",
+        f"Kafka redelivers the uncommitted load ({redelivered} records) and the store keeps one copy",
+        produced=len(sent),
+        stored=len(set(keys)),
+        duplicates=len(keys) - len(set(keys)),
+        dead_lettered=dead,
+    )

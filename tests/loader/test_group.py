@@ -46,7 +46,7 @@ def _scrape_or_empty(port: int) -> dict:
         return {}
 
 
-def test_two_loaders_split_the_partitions_and_store_each_batch_once(kafka_broker, tmp_path):
+def test_two_loaders_split_the_partitions_and_store_each_batch_once(kafka_broker, tmp_path, reliability):
     prefix = new_topics(kafka_broker.bootstrap, partitions=PARTITIONS)
     ports = [free_port(), free_port()]
     configs = [
@@ -103,5 +103,12 @@ def test_two_loaders_split_the_partitions_and_store_each_batch_once(kafka_broker
     assert dict(counts[0] + counts[1]) == want
     assert not set(keys[0]) & set(keys[1]), "a batch was stored by both loaders"
     assert len(keys[0]) + len(keys[1]) == len(sent)
+    reliability.fault(
+        "two loaders in one consumer group",
+        "the range assignor splits the partitions; no batch is stored by both",
+        produced=len(sent),
+        stored=len(set(keys[0]) | set(keys[1])),
+        duplicates=len(set(keys[0]) & set(keys[1])),
+    )
     for p in procs:
         assert "goodput ingest:" in p.log() and "redelivered" in p.log(), "SIGTERM ends with the summary line"

@@ -56,7 +56,9 @@ class OutageStore:
         self.healed.set()
 
 
-def test_store_outage_mid_load_commits_nothing_then_stores_everything_once(kafka_broker, tmp_path):
+def test_store_outage_mid_load_commits_nothing_then_stores_everything_once(
+    kafka_broker, tmp_path, reliability
+):
     prefix = new_topics(kafka_broker.bootstrap, partitions=2)
     port = free_port()
     config = write_config(
@@ -104,3 +106,10 @@ def test_store_outage_mid_load_commits_nothing_then_stores_everything_once(kafka
         assert dict(raw_counts(real, final=False)) == want, "the retried insert of the first kind was a no-op"
         keys = ledger_keys(real)
         assert len(keys) == len(set(keys)) == len(sent)
+        reliability.fault(
+            "store refusing inserts halfway through a load (outage), then back",
+            "nothing is committed while it is down; the retried load stores every batch once",
+            produced=len(sent),
+            stored=len(set(keys)),
+            duplicates=len(keys) - len(set(keys)),
+        )

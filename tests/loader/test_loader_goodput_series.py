@@ -1,0 +1,57 @@
+"""The loader service with embedded analyzers serves the goodput exporter's series on its own /metrics
+after each analyzer run (pipeline/loader_service.py), beside its own health series; promtool accepts the
+whole scrape."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from tests.loader.helpers import (
+    LoaderProcess,
+    Producer,
+    Scrape,
+    free_port,
+    good_stream,
+    new_topics,
+    write_config,
+)
+
+
+@pytest.mark.kafka
+def test_loader_serves_goodput_series_after_its_analyzers(kafka_broker, tmp_path):
+    prefix = new_topics(kafka_broker.bootstrap, partitions=1)
+    port = free_port()
+    config = write_config(
+        tmp_path / "goodput.toml",
+        kafka_broker.bootstrap,
+        prefix,
+        tmp_path / "store",
+        metrics_address=f"127.0.0.1:{port}",
+    )
+    producer = Producer(kafka_broker.bootstrap, prefix)
+    producer.send_all(good_stream(range(0, 3)))
+    producer.close()
+    loader = LoaderProcess(config, "--analyze-every", "1")
+    try:
+        deadline = time.monotonic() + 120
+        scrape: dict = {}
+        while "goodput_analysed_until_timestamp_seconds" not in scrape:
+            assert loader.proc.poll() is None, loader.log()[-3000:]
+            assert time.monotonic() < deadline, loader.log()[-3000:]
+            time.sleep(0.5)
+            try:
+                scrape = Scrape(port)
+            except OSError:
+                continue
+        assert scrape["goodput_gpu_seconds"], "GPU time by pool, team and category"
+        assert "goodput_loader_analyzer_last_success_timestamp_seconds" in scrape
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert loader.terminate() == 0, loader.log()[-3000:]
+    finally:
+        loader.kill()
