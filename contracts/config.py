@@ -274,8 +274,12 @@ class AnalyzerConfig(Table, frozen=True):
     straggler_min_steps: Count = 30
     """Steps a straggler episode needs (consecutive windows of the same slowest rank): one noisy step, or
     a few, are not a straggler."""
+    straggler_min_windows: Count = 6
+    """Windows a straggler episode found from SM activity (a job without step events) needs: the busiest
+    GPU of one noisy window, or a few, is not a straggler."""
     straggler_persistent_fraction: Fraction = 0.5
-    """An episode covering at least this share of the job's windows with step events is persistent."""
+    """An episode covering at least this share of the job's windows with step events (from SM activity: of
+    its running windows) is persistent."""
     straggler_score: Fraction = 0.75
     """Below this score (gang median / rank median compute) a straggler is gross (nvidia-resiliency-ext's
     default threshold); milder ones are still found and costed."""

@@ -87,6 +87,12 @@ CLOCK_OFFSET = (
 """job_summary's clock correction (docs/goodput-model.md, Clock skew): the node clock offset, of those
 applied to the job's nodes, largest in magnitude, signed (+ ahead of the scheduler); 0 when none. Added
 after schema 1 shipped: `migrate` adds it to older stores."""
+STRAGGLER_SOURCE = (
+    "source LowCardinality(String) DEFAULT 'steps' "
+    "COMMENT 'steps (the ranks'' step events) | sm_activity (GPU busy levels: a job without step events)'"
+)
+"""straggler_episodes: what found the episode (goodput.sql 10b from step events, 10c from SM activity).
+Added after the table shipped: `migrate` adds it to older stores (their episodes all came from steps)."""
 BATCH_ROW = "batch_row UInt32 DEFAULT 0 CODEC(ZSTD(1))"
 """The row's position in its batch: with (sender, seq) the order in which a source reported rows, which
 orders job events of the same millisecond (docs/messages.md). Added after schema 1 shipped: `migrate`
@@ -325,12 +331,14 @@ TTL toDateTime(idle_from) + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
     catalog.STRAGGLER_EPISODES: f"""
 CREATE TABLE IF NOT EXISTS straggler_episodes (
     cluster LowCardinality(String), job_id String,
-    rank Int64, node String, gpu Int32 COMMENT 'the rank''s GPU index, -1 when its step events name none',
+    {STRAGGLER_SOURCE},
+    rank Int64 COMMENT 'the straggling rank; -1 when found from SM activity', node String,
+    gpu Int32 COMMENT 'the rank''s GPU index; -1 when its step events name none, or a whole node straggled',
     start DateTime('UTC') COMMENT 'first window of the episode',
     end DateTime('UTC') COMMENT 'end of its last window',
     kind LowCardinality(String) COMMENT 'persistent (>= straggler_persistent_fraction) | transient',
-    steps UInt64 COMMENT 'the rank''s steps in the episode',
-    slowdown_pct Float64 COMMENT '100 (median compute / gang median compute - 1)',
+    steps UInt64 COMMENT 'the rank''s steps in the episode (0 from SM activity)',
+    slowdown_pct Float64 COMMENT '100 (median compute / gang median compute - 1); SM: of the busy levels',
     score Float64 COMMENT 'gang median / rank median compute (nvidia-resiliency-ext): 1 healthy',
     gross Bool COMMENT 'score below [analyzer].straggler_score',
     cost_gpu_seconds Float64 COMMENT 'the rest of the gang''s comm_stall attributed to it',
@@ -465,6 +473,7 @@ def added_columns(cluster: str | None = None, on_cluster: bool = True) -> list[s
     for name, column, after in (
         (catalog.JOB_SUMMARY, CLOCK_OFFSET, "healthy_busy_pct"),
         (catalog.INGESTED_BATCHES, APPENDED, "sent"),
+        (catalog.STRAGGLER_EPISODES, STRAGGLER_SOURCE, "job_id"),
     ):
         for target in [name] if cluster is None else [f"{name}{LOCAL_SUFFIX}", name]:
             out.append(f"ALTER TABLE {target}{on} ADD COLUMN IF NOT EXISTS {column} AFTER {after}")

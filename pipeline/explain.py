@@ -143,7 +143,7 @@ def _stragglers(store: Store, where: str, params: Params) -> list[dict]:
         store,
         f"""SELECT toInt64(toUnixTimestamp(start)) * 1000 AS start,
                    toInt64(toUnixTimestamp(end)) * 1000 AS end,
-                   rank, node, gpu, kind, steps, slowdown_pct, score, gross, cost_gpu_seconds
+                   source, rank, node, gpu, kind, steps, slowdown_pct, score, gross, cost_gpu_seconds
             FROM {catalog.STRAGGLER_EPISODES} {where} ORDER BY start, rank""",
         params,
     )
@@ -259,10 +259,16 @@ def format_explain(e: dict) -> str:
     if e["stragglers"]:
         out += ["", "stragglers:"]
         for g in e["stragglers"]:
+            gpu = f" GPU {g['gpu']}" if g["gpu"] >= 0 else " (all its GPUs)"
+            who, found = (
+                (f"rank {g['rank']} on {g['node']}{gpu}", f"{g['steps']} steps")
+                if g["source"] == "steps"
+                else (f"{g['node']}{gpu}", "from SM activity")
+            )
             out.append(
-                f"  {_when(g['start'], g['end'])}  rank {g['rank']} on {g['node']} GPU {g['gpu']}"
-                f"  {g['slowdown_pct']:.1f}% slower (score {g['score']:.2f}{', gross' * g['gross']}),"
-                f" {g['kind']}, {g['steps']} steps; cost the gang {g['cost_gpu_seconds']:,.1f} GPU-s"
+                f"  {_when(g['start'], g['end'])}  {who}  {g['slowdown_pct']:.1f}% slower"
+                f" (score {g['score']:.2f}{', gross' * g['gross']}), {g['kind']}, {found};"
+                f" cost the gang {g['cost_gpu_seconds']:,.1f} GPU-s"
             )
     s = e["scheduling"]
     if s:

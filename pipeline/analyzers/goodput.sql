@@ -523,28 +523,70 @@ per_rank AS (
     FROM steps AS s INNER JOIN gang AS g ON s.job_id = g.job_id AND s.attempt = g.attempt AND s.step = g.step
     GROUP BY job_id, rank, wi
 )
-SELECT job_id, wi, w.1 AS rank, w.2 AS node, w.3 AS gpu, w.4 AS ratio, w.5 AS steps,
-       greatest(0.0, w.6 / w.7) AS f_wait
+SELECT job_id, wi, 'steps' AS src, toInt64(w.1) AS rank, toString(w.2) AS node, toInt32(w.3) AS gpu,
+       toFloat64(w.4) AS ratio, toUInt64(w.5) AS steps, toFloat64(greatest(0.0, w.6 / w.7)) AS f_wait
 FROM (
     SELECT job_id, wi, argMax((rank, node, gpu, ratio, steps, extra_ms, step_ms), (ratio, -rank)) AS w
     FROM per_rank GROUP BY job_id, wi
 )
 WHERE ratio >= 1 + {straggler_min_slowdown}
 ;;
+-- 10c. Stragglers from SM activity, for jobs without step events (the GPU signals say who arrives last at
+--    each collective): in a synchronous gang the straggler computes flat out while the others wait for it,
+--    so per (job, window) its GPU is the busiest, at the job's healthy level b*, and the gang's median GPU
+--    is busy only (rank compute / straggler compute) of the time: ratio = busiest / median mean busy level,
+--    the same ratio 10b takes from the steps. A window has one when the busiest GPU is at b* (within the
+--    tolerance of 11), at least {straggler_min_slowdown} and {noise_z} x the noise of the difference of two
+--    window means above the median, the median is live (above the dead level of 11: GPUs that do nothing
+--    wait for no one), and the GPUs within that noise of the busiest or closer to it than to the median --
+--    the straggler's -- are fewer than
+--    the rest and on one node (a whole node straggling is reported as the node, GPU -1). Half a gang busy and
+--    half waiting is a stall of that half, not a straggler. The noise of a window mean is read off the
+--    spread of the gang's means in that window (1.4826 x their median absolute deviation): the job's
+--    sigma of 8 counts a persistent straggler's seconds as noise, as b* then sits at the waiting level.
+--    Episodes need {straggler_min_windows} windows.
+INSERT INTO tmp_straggler_windows
+WITH
+per_window AS (
+    SELECT r.job_id AS job_id, r.wi AS wi, any(h.b_star) AS bs, any(h.sigma) AS sigma, count() AS gpus,
+           arraySort(x -> (-x.3, x.1, x.2), groupArray((r.node, r.gpu, r.b, r.n))) AS ranked,
+           ranked[1] AS top, quantileExactLow(0.5)(r.b) AS m,
+           arraySort(arrayMap(x -> abs(x.3 - m), ranked))[toUInt64(intDiv(gpus + 1, 2))] AS mad,
+           {noise_z} * sqrt(2) * 1.4826 * mad AS band,
+           arrayFilter(x -> x.3 >= least(top.3 - band, (top.3 + m) / 2), ranked) AS busy
+    FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.job_id = h.job_id
+    WHERE r.job_id NOT IN (SELECT job_id FROM tmp_step_split)
+    GROUP BY r.job_id, r.wi
+)
+SELECT job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, toString(top.1) AS node,
+       toInt32(if(length(busy) = 1, top.2, -1)) AS gpu, toFloat64(top.3 / m) AS ratio, toUInt64(0) AS steps,
+       toFloat64(1 - m / top.3) AS f_wait
+FROM per_window
+WHERE gpus >= 2 AND m > greatest({stalled_second_fraction} * bs, {noise_z} * sigma)
+  AND top.3 >= bs * (1 - greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(top.4) / bs))
+  AND top.3 >= (1 + {straggler_min_slowdown}) * m AND top.3 - m >= band
+  AND length(busy) * 2 < gpus AND length(arrayDistinct(arrayMap(x -> x.1, busy))) = 1
+;;
 -- Episodes: runs of consecutive windows with the same straggler (wi - its row number is constant along
--- a run); persistent where the run covers {straggler_persistent_fraction} of the job's step windows.
+-- a run), of {straggler_min_steps} steps (from SM activity: {straggler_min_windows} windows); persistent
+-- where the run covers {straggler_persistent_fraction} of the job's windows with step events (from SM
+-- activity: of its running windows).
 CREATE OR REPLACE TABLE tmp_straggler_episodes ENGINE = Memory AS
-SELECT e.job_id AS job_id, e.rank AS rank, e.node AS node, e.gpu AS gpu, e.wi_lo AS wi_lo, e.wi_hi AS wi_hi,
-       e.steps AS steps, e.ratio AS ratio,
+SELECT e.job_id AS job_id, e.src AS src, e.rank AS rank, e.node AS node, e.gpu AS gpu, e.wi_lo AS wi_lo,
+       e.wi_hi AS wi_hi, e.steps AS steps, e.ratio AS ratio,
        if(e.wi_hi - e.wi_lo + 1 >= {straggler_persistent_fraction} * j.windows, 'persistent', 'transient') AS kind
 FROM (
-    SELECT job_id, rank, any(node) AS node, any(gpu) AS gpu, min(wi) AS wi_lo, max(wi) AS wi_hi,
+    SELECT job_id, src, rank, node, gpu, min(wi) AS wi_lo, max(wi) AS wi_hi,
            sum(steps) AS steps, quantileExactLow(0.5)(ratio) AS ratio
-    FROM (SELECT *, wi - row_number() OVER (PARTITION BY job_id, rank ORDER BY wi) AS run FROM tmp_straggler_windows)
-    GROUP BY job_id, rank, run
-    HAVING steps >= {straggler_min_steps}
+    FROM (SELECT *, wi - row_number() OVER (PARTITION BY job_id, src, rank, node, gpu ORDER BY wi) AS run
+          FROM tmp_straggler_windows)
+    GROUP BY job_id, src, rank, node, gpu, run
+    HAVING if(src = 'steps', steps >= {straggler_min_steps}, wi_hi - wi_lo + 1 >= {straggler_min_windows})
 ) AS e
-INNER JOIN (SELECT job_id, uniqExact(wi) AS windows FROM tmp_step_split GROUP BY job_id) AS j ON e.job_id = j.job_id
+INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_step_split GROUP BY job_id
+            UNION ALL
+            SELECT job_id, 'sm_activity', uniqExact(wi) FROM tmp_run_gpu GROUP BY job_id) AS j
+    ON e.job_id = j.job_id AND e.src = j.src
 ;;
 -- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle (12).
 --    The lost share l of each (job, GPU, window) of running time. Seconds below the dead level did no
@@ -583,26 +625,32 @@ HAVING count() >= {evidence_baseline_windows}
 SETTINGS join_use_nulls = 1
 ;;
 -- 11b. Each (job, GPU, window) of running time: its lost share l and how l splits (p_data + p_comm +
---    p_idle = 1). In a straggler episode (10b) the other GPUs' comm wait is the straggler's extra compute
---    per step (the steps' own comm excess is measured against a usual the straggler skews) and its own
---    GPU has none. Step events win where the job's reporting ranks waited at least {step_wait_min} of
+--    p_idle = 1). In a straggler episode from steps (10b) the other GPUs' comm wait is the straggler's extra
+--    compute per step (the steps' own comm excess is measured against a usual the straggler skews) and its
+--    own GPU has none. Step events win where the job's reporting ranks waited at least {step_wait_min} of
 --    their step time beyond their usual (10a): l is at least that wait (a rank spinning in NCCL still shows
 --    SM activity), and it splits as the steps waited. Elsewhere the counters decide: a kind is evidence at
---    or above its threshold (strength 1), or risen with the stall (11a); a straggler of the job (10) is
---    comm evidence of strength 1; both kinds split l by strength ({evidence_split} = 'strength') or half
---    each ('even'); neither, and l is idle.
+--    or above its threshold (strength 1), or risen with the stall (11a); a straggler of the job (clock
+--    events, 10; or an episode from SM activity, 10c) is comm evidence of strength 1, and in an SM episode
+--    the other live GPUs lose at least its wait share (1 - median / busiest: a few % under the tolerance
+--    still costs every GPU of the gang); both kinds split l by strength ({evidence_split} = 'strength') or
+--    half each ('even'); neither, and l is idle.
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
 SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
        g.n = 0 AS no_data,
-       sg.hit = 1 AS in_episode, in_episode AND w.node = sg.node AND w.gpu = sg.gpu AS own,
-       if(in_episode AND NOT own, sg.rank, -1) AS straggler_rank,
+       sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
+       in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
+       in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
+       sg.src AS episode_src, sg.rank AS episode_rank, sg.node AS episode_node, sg.gpu AS episode_gpu,
+       sg.wi_lo AS episode_lo,
        ifNull(sp.f_data, 0) AS f_data,
-       multiIf(own, 0.0, in_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
+       multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
        f_data + f_comm AS f_step,
        f_step >= {step_wait_min} AS by_steps,
-       if(g.n = 0, 1.0, if(by_steps, greatest(g.l, least(1.0, f_step)), g.l)) AS l,
+       if(g.n = 0, 1.0, multiIf(by_steps, greatest(g.l, least(1.0, f_step)),
+                                blamed, greatest(g.l, sg.f_wait), g.l)) AS l,
        ifNull(e.s_d, 0) AS s_d,
-       greatest(ifNull(e.s_c, 0), if(st.why != '', 1.0, 0.0)) AS s_c,
+       greatest(ifNull(e.s_c, 0), if(st.why != '' OR blamed, 1.0, 0.0)) AS s_c,
        s_d >= 1 OR (s_d >= {evidence_floor} AND s_d >= {evidence_rise} * if(b.known = 1, b.base_d, inf)) AS d_ev,
        s_c >= 1 OR (s_c >= {evidence_floor} AND s_c >= {evidence_rise} * if(b.known = 1, b.base_c, inf)) AS c_ev,
        multiIf(by_steps, f_data / f_step, d_ev AND c_ev,
@@ -612,9 +660,12 @@ SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
        if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
           concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
                  '% of its threshold, risen with the stall)'), ''))) AS d_why,
-       multiIf(straggler_rank >= 0, concat('straggler ', sg.node, ' GPU ', toString(sg.gpu), ' (rank ',
-                   toString(sg.rank), ', ', toString(round((sg.ratio - 1) * 100, 1)), '% slower)'),
+       multiIf(blamed AND step_episode,
+                   concat('straggler ', sg.node, ' GPU ', toString(sg.gpu), ' (rank ', toString(sg.rank), ', ',
+                          toString(round((sg.ratio - 1) * 100, 1)), '% slower)'),
                by_steps, concat('step events of ', toString(sp.ranks), ' ranks: communication wait'),
+               blamed, concat('straggler ', sg.node, if(sg.gpu >= 0, concat(' GPU ', toString(sg.gpu)), ''),
+                              ' (', toString(round((sg.ratio - 1) * 100, 1)), '% busier than its gang)'),
                st.why != '', st.why,
                concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
                       '% of its threshold, risen with the stall)'), ''))) AS c_why
@@ -624,10 +675,11 @@ LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
 LEFT JOIN tmp_evidence_base AS b ON w.job_id = b.job_id AND w.node = b.node
 LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
 LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
-LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.rank AS rank, sw.node AS node, sw.gpu AS gpu,
-                  e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
+LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
+                  sw.gpu AS gpu, e.wi_lo AS wi_lo, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
            FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
-               ON sw.job_id = e.job_id AND sw.rank = e.rank AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
+               ON sw.job_id = e.job_id AND sw.src = e.src AND sw.rank = e.rank AND sw.node = e.node
+                  AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
     ON w.job_id = sg.job_id AND w.wi = sg.wi
 ;;
 -- 12. All categorised seconds per (job, node, window, category, evidence). A GPU with no samples at all

@@ -172,6 +172,7 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "step_wait_min": repr(float(a.step_wait_min)),
         "straggler_min_slowdown": repr(float(a.straggler_min_slowdown)),
         "straggler_min_steps": str(int(a.straggler_min_steps)),
+        "straggler_min_windows": str(int(a.straggler_min_windows)),
         "straggler_persistent_fraction": repr(float(a.straggler_persistent_fraction)),
         "straggler_score": repr(float(a.straggler_score)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),

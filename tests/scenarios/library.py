@@ -186,6 +186,17 @@ def throttled_straggler() -> Timeline:
     return tl
 
 
+def phase_straggler() -> Timeline:
+    """GPU 3 of node 0 is slower for 10 minutes with no clock event (say a noisy neighbour or a slow data
+    loader rank): only its SM activity tells, busy while the other 15 GPUs wait at every collective."""
+    tl = Timeline("phase_straggler", SECONDS)
+    tl.simple_job(J, BOTH)
+    others = [g for g in range(GPUS) if g != 3]
+    tl.stall(J, [0], 600, 1200, "comm_stall", stalled_per_window=3, gpus=others)
+    tl.stall(J, [1], 600, 1200, "comm_stall", stalled_per_window=3)
+    return tl
+
+
 def staggered_gang() -> Timeline:
     """Node 0 is allocated at 10 s, node 1 only at 200 s: node 0's GPUs wait for the gang."""
     tl = Timeline("staggered_gang", SECONDS)
@@ -296,6 +307,7 @@ SCENARIOS: dict[str, Callable[[], Timeline]] = {
     **threshold_scenarios(),
     "low_sm_healthy": low_sm_healthy,
     "throttled_straggler": throttled_straggler,
+    "phase_straggler": phase_straggler,
     "staggered_gang": staggered_gang,
     "partial_step_events": partial_step_events,
     "noisy_counters": noisy_counters,

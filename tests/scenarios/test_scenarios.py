@@ -44,6 +44,7 @@ EVIDENCED_STALLS = (
     "cnp_sent_below",
     "line_rate_below",
     "throttled_straggler",
+    "phase_straggler",
     "noisy_counters",
     "partial_step_events",
     "gang_scattered_over_two_leaves",
