@@ -249,6 +249,11 @@ METRIC_RENAMES: tuple[tuple[str, str, str], ...] = (
         "counter; rate() is the stalled ratio (0-1)",
     ),
     (
+        "goodput_nic_link_rate_bits_per_second",
+        "goodput_nic_link_speed_bytes",
+        "bytes per second, the base unit, as node_exporter's node_network_speed_bytes",
+    ),
+    (
         "goodput_gpu_clock_event_reasons",
         "goodput_gpu_clock_event_active",
         "one 0/1 series per `reason` label instead of the bitmask",

@@ -367,9 +367,10 @@ NIC = Kind(
             "Gb/s",
             "Link rate.",
             min=0.0,
-            metric="goodput_nic_link_rate_bits_per_second",
+            metric="goodput_nic_link_speed_bytes",
             metric_type="gauge",
-            metric_scale=1e9,
+            metric_scale=1e9 / 8,
+            metric_help="Link speed in bytes per second (node_exporter's node_network_speed_bytes).",
         ),
         Field(
             "tx_bytes_per_s",
