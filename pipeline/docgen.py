@@ -308,8 +308,8 @@ and raises this version; the message fields (docs/messages.md, version {SCHEMA_V
 ## Renamed in version {catalog.METRICS_VERSION}
 
 Version 2 turned the agent's per-second gauges into counters and its percents into ratios; the Kafka
-messages did not change. Replace `old` by `rate(new[5m])` for a former rate, `100 * new` for a former
-percent.
+messages did not change. A query on a former rate reads `rate(new[5m])`, on a former percent gauge
+`100 * new`, and on a former percent of time (storage busy, pressure) `100 * rate(new[5m])`.
 
 | old (version 1) | new (version 2) | what changed |
 |---|---|---|
