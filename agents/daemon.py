@@ -74,6 +74,7 @@ class Agent:
         self.clock = clock
         self.version = agent_version()
         self.metrics = AgentMetrics(cfg.node)
+        self.metrics.started(self.version)
         self.by_kind: dict[str, list[_Running]] = {}
         for c in collectors:
             self.by_kind.setdefault(c.kind, []).append(_Running(c))

@@ -1,8 +1,9 @@
 """The agent's Prometheus endpoint: the latest samples as gauges and counters, plus its own health.
 
 Names come from the declarations, never from here: sample metrics from `contracts.schema` (each
-numeric field's `metric`, `metric_type`, `metric_scale`, and the identifier fields' `label`), self
-metrics from `contracts.catalog.AGENT_SELF_METRICS`. Dashboards and alerts read the same tables.
+numeric field's `metric`, `metric_type`, `metric_scale`, `counts`, and the identifier fields' `label`),
+derived and self metrics from `contracts.catalog`. Dashboards and alerts read the same tables.
+Counters are totals the agent keeps monotonic (agents/totals.py), not the raw device counters.
 
 Samples are exported as of the last successful run of each collector and vanish when it fails
 (`goodput_collector_success` goes to 0 instead): a stale GPU utilisation that looks alive is worse
@@ -20,8 +21,9 @@ from typing import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from agents.totals import Totals
 from collectors.base import Row
-from contracts.catalog import AGENT_DERIVED_METRICS, AGENT_SELF_METRICS
+from contracts.catalog import AGENT_DERIVED_METRICS, AGENT_SELF_METRICS, CLOCK_EVENT_REASONS
 from contracts.exporter import MetricsEndpoint, declare
 from contracts.schema import KINDS
 
@@ -35,11 +37,13 @@ class SampleExporter:
         self.node = node
         self._rows: dict[str, tuple[str, list[Row]]] = {}
         self._xids: Tally[tuple[str, str, str]] = Tally()
+        self._totals = Totals()
         self._lock = threading.Lock()
 
     def update(self, collector: str, kind: str, rows: list[Row]) -> None:
         with self._lock:
             self._rows[collector] = (kind, rows)
+            self._totals.add(kind, rows)
             if kind == "gpu":
                 for r in rows:
                     if r.get("xid") is not None:
@@ -53,12 +57,16 @@ class SampleExporter:
         return []  # unchecked collector: families depend on what the node has
 
     def collect(self) -> Iterable[Metric]:
-        with self._lock:
+        with self._lock:  # the rows and their totals as of one update
             snapshot = list(self._rows.values())
-        for kind_name in KINDS:
-            rows = [r for kind, rs in snapshot if kind == kind_name for r in rs]
-            if rows:
-                yield from self._families(kind_name, rows)
+            families = [
+                family
+                for kind_name in KINDS
+                for family in self._families(
+                    kind_name, [r for kind, rs in snapshot if kind == kind_name for r in rs]
+                )
+            ]
+        yield from families
         yield from self._derived(
             [r for kind, rs in snapshot if kind == "gpu" for r in rs],
             [r for kind, rs in snapshot if kind == "nic" for r in rs],
@@ -92,8 +100,31 @@ class SampleExporter:
                 ports.add_metric([str(r["device"]), str(r["port"])], 1.0 if r["state"] == "ACTIVE" else 0.0)
         if ports.samples:
             yield ports
+        name = "goodput_nic_info"
+        _, help_text, labels = AGENT_DERIVED_METRICS[name]
+        info = GaugeMetricFamily(name, help_text, labels=list(labels))
+        for r in nic_rows:
+            if r.get("link_layer"):
+                info.add_metric([str(r["device"]), str(r["port"]), str(r["link_layer"])], 1.0)
+        if info.samples:
+            yield info
+        name = "goodput_gpu_clock_event_active"
+        _, help_text, labels = AGENT_DERIVED_METRICS[name]
+        clocks = GaugeMetricFamily(name, help_text, labels=list(labels))
+        for r in gpu_rows:
+            mask = r.get("throttle_reasons")
+            if mask is None:
+                continue
+            for bit, reason in CLOCK_EVENT_REASONS.items():
+                clocks.add_metric(
+                    [str(r["gpu"]), str(r.get("uuid") or ""), self.node, reason], 1.0 if mask & bit else 0.0
+                )
+        if clocks.samples:
+            yield clocks
 
-    def _families(self, kind_name: str, rows: list[Row]) -> Iterable[Metric]:
+    def _families(self, kind_name: str, rows: list[Row]) -> list[Metric]:
+        """The kind's series for the latest rows (none without rows); called under the lock."""
+        out: list[Metric] = []
         kind = KINDS[kind_name]
         label_fields = [f for f in kind.fields if f.label]
         names = [f.label for f in label_fields if f.label]  # all of them; `if` narrows the type
@@ -107,18 +138,24 @@ class SampleExporter:
         for f in kind.fields:
             if not f.metric:
                 continue
-            if f.metric_type == "counter":
+            help_text = f.metric_help or f.help
+            if f.counts:
                 family: CounterMetricFamily | GaugeMetricFamily = CounterMetricFamily(
-                    f.metric.removesuffix("_total"), f.help, labels=names
+                    f.metric.removesuffix("_total"), help_text, labels=names
                 )
+                for r, lv in zip(rows, labels, strict=True):  # one label list per row
+                    total = self._totals.value(kind_name, f, r)
+                    if total is not None:
+                        family.add_metric(lv, total)
             else:
-                family = GaugeMetricFamily(f.metric, f.help, labels=names)
-            for r, lv in zip(rows, labels, strict=True):  # one label list per row
-                v = r.get(f.name)
-                if v is not None and not isinstance(v, (list, str)):
-                    family.add_metric(lv, float(v) * f.metric_scale)
+                family = GaugeMetricFamily(f.metric, help_text, labels=names)
+                for r, lv in zip(rows, labels, strict=True):
+                    v = r.get(f.name)
+                    if v is not None and not isinstance(v, (list, str)):
+                        family.add_metric(lv, float(v) * f.metric_scale)
             if family.samples:
-                yield family
+                out.append(family)
+        return out
 
 
 @dataclass(frozen=True)
@@ -136,6 +173,7 @@ class AgentSelfSeries:
     agent_spool_replayed_batches: Counter
     agent_last_send_timestamp_seconds: Gauge
     agent_step_events_rejected: Counter
+    agent_build_info: Gauge
 
 
 class AgentMetrics(MetricsEndpoint):
@@ -148,6 +186,9 @@ class AgentMetrics(MetricsEndpoint):
         self.m = declare(AgentSelfSeries, AGENT_SELF_METRICS, self.registry)
 
     # ------------------------------------------------------------ what the agent reports
+
+    def started(self, version: str) -> None:
+        self.m.agent_build_info.labels(version).set(1)
 
     def collector_ran(self, collector: str, ok: bool, seconds: float, rows: int) -> None:
         self.m.collector_success.labels(collector).set(1 if ok else 0)

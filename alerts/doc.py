@@ -52,13 +52,15 @@ your links and receivers):
 - The goodput exporter: `goodput exporter --config FILE` listens on `[exporter].metrics_address`
   (default `0.0.0.0:9480`, every interface, because the Prometheus that scrapes it runs elsewhere; put
   it behind your firewall, the series carry team and job names). The loader service run with
-  `--analyze-every` serves the same series on its own endpoint (`[loader].metrics_address`, loopback
-  by default: set it to an address Prometheus reaches). With the embedded chDB store only one process may
+  `--analyze-every` serves the same series on its own endpoint (`[loader].metrics_address`, also every
+  interface by default). With the embedded chDB store only one process may
   open the store, so use the loader's endpoint there; `goodput exporter` is for a ClickHouse server store.
 - The GPU and NIC rules read the agent's derived series (docs/metrics.md): the XID counter by code
-  (`goodput_gpu_xid_errors_total`; `goodput_gpu_last_xid` is present for one tick only, which a scrape
-  misses), `goodput_gpu_lost` and `goodput_nic_port_active`. Agents older than these series do not
-  trigger `GoodputGpuXid*`, `GoodputGpuLost` or `GoodputNicLinkDown`.
+  (`goodput_gpu_xid_errors_total`; a one-tick gauge of the last XID would be missed between scrapes),
+  `goodput_gpu_lost`, `goodput_nic_port_active` and `goodput_gpu_clock_event_active` (one series per
+  reason). Rates are `rate()` over the agent's counters (metrics version 2, docs/metrics.md has the
+  old -> new names). Agents older than these series do not trigger `GoodputGpuXid*`, `GoodputGpuLost`,
+  `GoodputGpuThermalThrottle`, `GoodputNicLinkDown` or the rate-based NIC and storage alerts.
 
 ## The goodput exporter's series and their cardinality
 

@@ -129,7 +129,14 @@ RECORDING = (
         f'sum by (pool, category) ({_GS}{{category!="productive"}})',
         "lost GPU-seconds by pool and waste category: the stacked cluster panel",
     ),
+    Recording(
+        "device:goodput_storage_pressure_full:ratio_rate5m",
+        f"rate({m('goodput_storage_pressure_full_seconds_total')}[5m])",
+        "share (0-1) of the last 5 minutes in which every task stalled on I/O: both saturation alerts",
+    ),
 )
+
+_FULL_PRESSURE = "device:goodput_storage_pressure_full:ratio_rate5m"
 
 _BIG_JOB = "3600"
 """GPU-seconds in the lookback below which a job's ratios are noise (one GPU for an hour)."""
@@ -194,6 +201,15 @@ def _up(job: str, name: str, severity: str, subsystem: str, what: str, first: st
         labels=lab,
         quiet=((_series("up", **lab), "1x120"),),
     )
+
+
+_THERMAL = "|".join(r for r in catalog.CLOCK_EVENT_REASONS.values() if r.endswith("thermal_slowdown"))
+
+
+def _stalled(node: str, share: float) -> tuple[str, str]:
+    """Test input: a node's PSI io full counter (one sample a minute), stalled `share` of the time."""
+    series = _series("goodput_storage_pressure_full_seconds_total", **{**_DISK, "node": node})
+    return series, f"0+{share * 60:g}x120"
 
 
 _XID_HW = catalog.XID_CLASSES["xid_hw"]
@@ -469,20 +485,27 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         name="GoodputGpuThermalThrottle",
-        expr=f"floor({m('goodput_gpu_clock_event_reasons')} / 32) % 4 > 0",
+        expr=(f'max without (reason) ({m("goodput_gpu_clock_event_active")}{{reason=~"{_THERMAL}"}}) == 1'),
         for_="10m",
         severity="ticket",
         subsystem="gpu",
         summary="GPU {{ $labels.gpu }} on {{ $labels.node }} is throttled for temperature",
         runbook=(
             "The GPU's clocks are held down by a software or hardware thermal slowdown (clock event "
-            "reasons 0x20/0x40) for 10 minutes. First: its temperature and the node's fans and inlet "
-            "air on the node dashboard; one hot GPU slows its whole job (a straggler)."
+            "reason sw_thermal_slowdown or hw_thermal_slowdown) for 10 minutes. First: its temperature "
+            "and the node's fans and inlet air on the node dashboard; one hot GPU slows its whole job "
+            "(a straggler)."
         ),
         dashboard=NODE_DASH,
-        fire=((_series("goodput_gpu_clock_event_reasons", **_GPU), "64x120"),),
+        fire=(
+            (_series("goodput_gpu_clock_event_active", **_GPU, reason="hw_thermal_slowdown"), "1x120"),
+            (_series("goodput_gpu_clock_event_active", **_GPU, reason="sw_thermal_slowdown"), "0x120"),
+        ),
         labels=_GPU,
-        quiet=((_series("goodput_gpu_clock_event_reasons", **_GPU), "4x120"),),
+        quiet=(  # held down by the power cap, not by temperature
+            (_series("goodput_gpu_clock_event_active", **_GPU, reason="hw_thermal_slowdown"), "0x120"),
+            (_series("goodput_gpu_clock_event_active", **_GPU, reason="sw_power_cap"), "1x120"),
+        ),
     ),
     Alert(
         name="GoodputNicLinkDown",
@@ -503,26 +526,26 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         name="GoodputNicLinkFlapping",
-        expr=f"count_over_time(({m('goodput_nic_link_downed_per_second')} > 0)[1h:1m]) >= 3",
+        expr=f"increase({m('goodput_nic_link_downed_total')}[1h]) >= 3",
         for_="0m",
         severity="ticket",
         subsystem="nic",
         summary="RDMA port {{ $labels.device }}/{{ $labels.port }} on {{ $labels.node }} is flapping",
         runbook=(
-            "The link went down in 3 or more minutes of the last hour. First: replace or reseat the cable "
+            "The link went down 3 or more times in the last hour. First: replace or reseat the cable "
             "(symbol and receive errors on the node dashboard), then the switch port; drain the node "
             "meanwhile."
         ),
         dashboard=NODE_DASH,
-        fire=((_series("goodput_nic_link_downed_per_second", **_NIC), "0x35 0.1 0 0.1 0 0.1 0x80"),),
+        fire=((_series("goodput_nic_link_downed_total", **_NIC), "0x35 1 2 3x82"),),
         labels=_NIC,
-        quiet=((_series("goodput_nic_link_downed_per_second", **_NIC), "0x35 0.1 0x84"),),
+        quiet=((_series("goodput_nic_link_downed_total", **_NIC), "0x35 1x84"),),
     ),
     Alert(
         name="GoodputRdmaCongestion",
         expr=(
-            f"{m('goodput_nic_ecn_marked_packets_per_second')} > 10000 or "
-            f"{m('goodput_nic_pfc_pause_duration_microseconds_per_second')} > 100000"
+            f"rate({m('goodput_nic_ecn_marked_packets_total')}[5m]) > 10000 or "
+            f"rate({m('goodput_nic_pfc_pause_duration_seconds_total')}[5m]) > 0.1"
         ),
         for_="15m",
         severity="ticket",
@@ -534,13 +557,16 @@ ALERTS: tuple[Alert, ...] = (
             "(incast, a hot spine) and the job placement across leaves."
         ),
         dashboard=NODE_DASH,
-        fire=((_series("goodput_nic_ecn_marked_packets_per_second", **_NIC), "50000x120"),),
+        fire=((_series("goodput_nic_ecn_marked_packets_total", **_NIC), "0+3000000x120"),),  # 50k/s
         labels=_NIC,
-        quiet=((_series("goodput_nic_ecn_marked_packets_per_second", **_NIC), "10x120"),),
+        quiet=(
+            (_series("goodput_nic_ecn_marked_packets_total", **_NIC), "0+600x120"),  # 10/s
+            (_series("goodput_nic_pfc_pause_duration_seconds_total", **_NIC), "0+3x120"),  # 5 % paused
+        ),
     ),
     Alert(
         name="GoodputStorageSaturated",
-        expr=f"{m('goodput_storage_pressure_full_percent')} > 50",
+        expr=f"{_FULL_PRESSURE} > 0.5",
         for_="10m",
         severity="ticket",
         subsystem="storage",
@@ -551,16 +577,13 @@ ALERTS: tuple[Alert, ...] = (
             "see it too (then GoodputClusterStorageSaturated)."
         ),
         dashboard=NODE_DASH,
-        fire=((_series("goodput_storage_pressure_full_percent", **_DISK), "80x120"),),
+        fire=(_stalled("n1", 0.8),),
         labels=_DISK,
-        quiet=((_series("goodput_storage_pressure_full_percent", **_DISK), "5x120"),),
+        quiet=(_stalled("n1", 0.05),),
     ),
     Alert(
         name="GoodputClusterStorageSaturated",
-        expr=(
-            f"count({m('goodput_storage_pressure_full_percent')} > 50) / "
-            f"count({m('goodput_storage_pressure_full_percent')}) >= 0.5"
-        ),
+        expr=(f"count({_FULL_PRESSURE} > 0.5) / count({_FULL_PRESSURE}) >= 0.5"),
         for_="10m",
         severity="page",
         subsystem="storage",
@@ -571,16 +594,9 @@ ALERTS: tuple[Alert, ...] = (
             "file system's servers and its ceiling on the infrastructure dashboard; which jobs read most."
         ),
         dashboard=INFRA_DASH,
-        fire=(
-            (_series("goodput_storage_pressure_full_percent", **_DISK), "80x120"),
-            (_series("goodput_storage_pressure_full_percent", **{**_DISK, "node": "n2"}), "90x120"),
-        ),
+        fire=(_stalled("n1", 0.8), _stalled("n2", 0.9)),
         labels={},
-        quiet=(
-            (_series("goodput_storage_pressure_full_percent", **_DISK), "80x120"),
-            (_series("goodput_storage_pressure_full_percent", **{**_DISK, "node": "n2"}), "1x120"),
-            (_series("goodput_storage_pressure_full_percent", **{**_DISK, "node": "n3"}), "1x120"),
-        ),
+        quiet=(_stalled("n1", 0.8), _stalled("n2", 0.01), _stalled("n3", 0.01)),
     ),
     # ---------------------------------------------------------------- nodes and agents
     _up(

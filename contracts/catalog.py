@@ -84,9 +84,35 @@ whose remedy is a GPU reset, node drain or service (ECC double-bit errors and ro
 13, MMU fault 31, stopped processing 43, preemptive cleanup 45). Other codes are `xid_other`."""
 
 
+METRICS_VERSION = 2
+"""Version of the Prometheus series (docs/metrics.md): grows when a series is renamed or removed or
+changes meaning. 2: rates became counters, percents ratios (METRIC_RENAMES)."""
+
+
 def agent_metrics() -> dict[str, tuple[str | None, str]]:
     """Prometheus series the agent exports from sample fields: name -> (type, help)."""
-    return {f.metric: (f.metric_type, f.help) for kind in KINDS.values() for f in kind.fields if f.metric}
+    return {
+        f.metric: (f.metric_type, f.metric_help or f.help)
+        for kind in KINDS.values()
+        for f in kind.fields
+        if f.metric
+    }
+
+
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+"""Bits of nvmlDeviceGetCurrentClocksEventReasons (the `throttle_reasons` field) by the name the
+`reason` label of goodput_gpu_clock_event_active gives them (NVML's nvmlClocksEventReason* constants,
+snake_case). Bits NVML adds later are not exported until named here."""
 
 
 AGENT_SELF_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -121,6 +147,7 @@ AGENT_SELF_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "goodput_agent_last_send_timestamp_seconds": ("gauge", "When Kafka last acknowledged a batch.", ()),
     "goodput_agent_step_events_rejected_total": ("counter", "Step datagrams that failed validation.", ()),
+    "goodput_agent_build_info": ("gauge", "Always 1; the agent's software version as a label.", ("version",)),
 }
 """The agent's own health: name -> (type, help, label names). Counters end in `_total` here, as
 exposed (prometheus_client appends the suffix itself, so the agent strips it when declaring)."""
@@ -143,10 +170,102 @@ AGENT_DERIVED_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "1 if the RDMA port's state is ACTIVE, else 0 (DOWN, INIT, ARMED, POLLING): link down is alertable.",
         ("device", "port"),
     ),
+    "goodput_gpu_clock_event_active": (
+        "gauge",
+        "1 if this reason (CLOCK_EVENT_REASONS) holds the GPU's clocks down in the latest tick, else 0: "
+        "one series per reason instead of NVML's bitmask.",
+        ("gpu", "UUID", "Hostname", "reason"),
+    ),
+    "goodput_nic_info": (
+        "gauge",
+        "Always 1; the RDMA port's link layer (InfiniBand or Ethernet for RoCE) as a label, to join on.",
+        ("device", "port", "link_layer"),
+    ),
 }
-"""Series the agent derives from sample fields that are no number (the XID code, lost, the port state):
-name -> (type, help, label names). A scrape between two XIDs misses the one-tick `goodput_gpu_last_xid`;
-the counter does not."""
+"""Series the agent derives from sample fields that are no number (the XID code, lost, the port state,
+the clock event bitmask, the link layer): name -> (type, help, label names). A scrape between two XIDs
+would miss a one-tick gauge of the last XID; the counter does not."""
+
+
+METRIC_RENAMES: tuple[tuple[str, str, str], ...] = (
+    *(
+        (f"goodput_gpu_{old}_percent", f"goodput_gpu_{old}_ratio", "0-1 instead of 0-100")
+        for old in (
+            "utilization",
+            "memory_utilization",
+            "sm_active",
+            "sm_occupancy",
+            "tensor_active",
+            "dram_active",
+        )
+    ),
+    *(
+        (f"goodput_{old}_per_second", f"goodput_{old}_total", "counter; rate() gives the old gauge")
+        for old in (
+            "gpu_nvlink_transmit_bytes",
+            "gpu_nvlink_receive_bytes",
+            "gpu_nvlink_errors",
+            "nic_transmit_bytes",
+            "nic_receive_bytes",
+            "nic_transmit_packets",
+            "nic_receive_packets",
+            "nic_transmit_wait_ticks",
+            "nic_ecn_marked_packets",
+            "nic_cnp_sent",
+            "nic_cnp_handled",
+            "nic_pfc_pause_received",
+            "nic_symbol_errors",
+            "nic_receive_errors",
+            "nic_transmit_discards",
+            "nic_link_downed",
+            "nic_out_of_sequence",
+            "nic_packet_sequence_errors",
+            "nic_ack_timeouts",
+            "nic_retries_exceeded",
+            "storage_read_bytes",
+            "storage_write_bytes",
+            "storage_read_ops",
+            "storage_write_ops",
+        )
+    ),
+    (
+        "goodput_nic_pfc_pause_duration_microseconds_per_second",
+        "goodput_nic_pfc_pause_duration_seconds_total",
+        "counter in seconds; rate() is the share of time paused (0-1)",
+    ),
+    (
+        "goodput_storage_busy_percent",
+        "goodput_storage_io_time_seconds_total",
+        "counter; rate() is the busy ratio (0-1)",
+    ),
+    (
+        "goodput_storage_pressure_some_percent",
+        "goodput_storage_pressure_some_seconds_total",
+        "counter; rate() is the stalled ratio (0-1)",
+    ),
+    (
+        "goodput_storage_pressure_full_percent",
+        "goodput_storage_pressure_full_seconds_total",
+        "counter; rate() is the stalled ratio (0-1)",
+    ),
+    (
+        "goodput_nic_link_rate_bits_per_second",
+        "goodput_nic_link_speed_bytes",
+        "bytes per second, the base unit, as node_exporter's node_network_speed_bytes",
+    ),
+    (
+        "goodput_gpu_clock_event_reasons",
+        "goodput_gpu_clock_event_active",
+        "one 0/1 series per `reason` label instead of the bitmask",
+    ),
+    (
+        "goodput_gpu_last_xid",
+        "goodput_gpu_xid_errors_total",
+        "a counter per `xid` code label; the one-tick gauge was missed between scrapes",
+    ),
+)
+"""Metrics version 1 -> 2 (METRICS_VERSION): old series, its replacement, what changed. The Kafka
+message fields did not change (contracts/schema.py SCHEMA_VERSION); only the Prometheus series did."""
 
 
 LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {

@@ -381,8 +381,9 @@ class LoaderConfig(Table, frozen=True):
     retry_backoff_max_s: Seconds = 30.0
     lag_interval_s: Seconds = 10.0
     """How often the consumer lag is asked of the brokers (for /metrics and the progress bar)."""
-    metrics_address: str = "127.0.0.1:9479"
-    """host:port of the Prometheus /metrics endpoint; "" turns it off."""
+    metrics_address: str = "0.0.0.0:9479"
+    """host:port of the Prometheus /metrics endpoint (every interface: the Prometheus that scrapes it is
+    on another host; name one address to narrow it, docs/security.md); "" turns it off."""
     analyze_every_s: NonNegative = 0.0
     """Run the analyzers in the loader process this often (0: never; `--analyze-every` overrides)."""
     analyze_lookback_s: Seconds = 6 * 3600.0

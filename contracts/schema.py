@@ -31,8 +31,13 @@ class Field:
     """One column of one signal kind.
 
     `metric`/`metric_type` name the Prometheus series an agent exports for a numeric field (None when
-    the field is an identifier or label). `min`/`max` bound valid values; the loader dead-letters a
-    batch with a value outside them (a negative rate, a utilisation of 250 %).
+    the field is an identifier or label, or is exported otherwise: contracts.catalog
+    AGENT_DERIVED_METRICS). `min`/`max` bound valid values; the loader dead-letters a batch with a value
+    outside them (a negative rate, a utilisation of 250 %).
+
+    The message carries what a consumer of one batch can use (a rate over the tick, a percent); the
+    Prometheus series follow node_exporter and dcgm-exporter instead: counters as `_total` in base
+    units, ratios 0-1 (`metric_scale` 0.01). `counts` says how the agent keeps a counter's total.
     """
 
     name: str
@@ -52,6 +57,21 @@ class Field:
     label: str | None = None
     """Prometheus label name this identifier field becomes on the kind's metrics (dcgm-exporter's
     `gpu`/`UUID`/`modelName`, node_exporter's `device`/`port`); None: not a label."""
+    counts: Literal["rate", "cumulative"] | None = None
+    """For a counter: "rate" — the field is a per-second rate over the tick (a collector's counter
+    advance, wraps and resets already corrected by collectors.counters), so the agent adds value x
+    metric_scale x the tick's seconds to the total; "cumulative" — the field is the device's own
+    counter, which the agent keeps monotonic across resets (a driver reload). Either way the exported
+    total never decreases while the agent runs."""
+    metric_help: str | None = None
+    """HELP of the series where the field's own `help` describes the message value, not the series."""
+
+    def __post_init__(self) -> None:
+        counter = self.metric_type == "counter"
+        if self.metric and counter != self.metric.endswith("_total"):
+            raise ValueError(f"{self.name}: {self.metric!r} must end in _total exactly when it is a counter")
+        if counter != (self.counts is not None):
+            raise ValueError(f"{self.name}: a counter says how it counts (counts=), a gauge does not")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,48 +136,54 @@ GPU = Kind(
             "util_gpu_pct",
             "float",
             help="Time a kernel was running (coarse: any kernel counts).",
-            metric="goodput_gpu_utilization_percent",
+            metric="goodput_gpu_utilization_ratio",
             metric_type="gauge",
+            metric_scale=0.01,
             **PCT,
         ),
         Field(
             "util_mem_pct",
             "float",
             help="Time device memory was being read or written.",
-            metric="goodput_gpu_memory_utilization_percent",
+            metric="goodput_gpu_memory_utilization_ratio",
             metric_type="gauge",
+            metric_scale=0.01,
             **PCT,
         ),
         Field(
             "sm_active_pct",
             "float",
             help="GPM SM activity: share of SMs with a warp resident (MFU proxy).",
-            metric="goodput_gpu_sm_active_percent",
+            metric="goodput_gpu_sm_active_ratio",
             metric_type="gauge",
+            metric_scale=0.01,
             **PCT,
         ),
         Field(
             "sm_occupancy_pct",
             "float",
             help="GPM SM occupancy: resident warps / max warps.",
-            metric="goodput_gpu_sm_occupancy_percent",
+            metric="goodput_gpu_sm_occupancy_ratio",
             metric_type="gauge",
+            metric_scale=0.01,
             **PCT,
         ),
         Field(
             "tensor_active_pct",
             "float",
             help="GPM tensor-core activity (any tensor pipe).",
-            metric="goodput_gpu_tensor_active_percent",
+            metric="goodput_gpu_tensor_active_ratio",
             metric_type="gauge",
+            metric_scale=0.01,
             **PCT,
         ),
         Field(
             "dram_active_pct",
             "float",
             help="GPM DRAM bandwidth utilisation.",
-            metric="goodput_gpu_dram_active_percent",
+            metric="goodput_gpu_dram_active_ratio",
             metric_type="gauge",
+            metric_scale=0.01,
             **PCT,
         ),
         Field(
@@ -196,6 +222,8 @@ GPU = Kind(
             min=0.0,
             metric="goodput_gpu_energy_joules_total",
             metric_type="counter",
+            counts="cumulative",
+            metric_help="Energy consumed; kept monotonic by the agent across driver reloads.",
             ch_type="Float64",
         ),
         Field(
@@ -234,8 +262,6 @@ GPU = Kind(
             "bitmask",
             "nvmlDeviceGetCurrentClocksEventReasons (0x8 HW slowdown, 0x20/0x40 thermal, 0x4 power cap).",
             min=0,
-            metric="goodput_gpu_clock_event_reasons",
-            metric_type="gauge",
         ),
         Field(
             "ecc_sbe_total",
@@ -243,6 +269,7 @@ GPU = Kind(
             "count",
             "Corrected (single-bit) ECC errors, volatile.",
             min=0,
+            counts="cumulative",
             metric="goodput_gpu_ecc_corrected_errors_total",
             metric_type="counter",
         ),
@@ -252,6 +279,7 @@ GPU = Kind(
             "count",
             "Uncorrected (double-bit) ECC errors, volatile.",
             min=0,
+            counts="cumulative",
             metric="goodput_gpu_ecc_uncorrected_errors_total",
             metric_type="counter",
         ),
@@ -268,7 +296,7 @@ GPU = Kind(
             "pcie_tx_bytes_per_s",
             "float",
             "bytes/s",
-            "PCIe transmit throughput.",
+            "PCIe transmit throughput (NVML samples it over 20 ms; no counter exists, so it stays a gauge).",
             metric="goodput_gpu_pcie_transmit_bytes_per_second",
             metric_type="gauge",
             **RATE,
@@ -277,7 +305,7 @@ GPU = Kind(
             "pcie_rx_bytes_per_s",
             "float",
             "bytes/s",
-            "PCIe receive throughput.",
+            "PCIe receive throughput (sampled by NVML like the transmit one: a gauge).",
             metric="goodput_gpu_pcie_receive_bytes_per_second",
             metric_type="gauge",
             **RATE,
@@ -287,8 +315,9 @@ GPU = Kind(
             "float",
             "bytes/s",
             "NVLink transmit throughput, all links.",
-            metric="goodput_gpu_nvlink_transmit_bytes_per_second",
-            metric_type="gauge",
+            metric="goodput_gpu_nvlink_transmit_bytes_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -296,8 +325,9 @@ GPU = Kind(
             "float",
             "bytes/s",
             "NVLink receive throughput, all links.",
-            metric="goodput_gpu_nvlink_receive_bytes_per_second",
-            metric_type="gauge",
+            metric="goodput_gpu_nvlink_receive_bytes_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -305,8 +335,9 @@ GPU = Kind(
             "float",
             "1/s",
             "NVLink CRC/replay/recovery errors, all links.",
-            metric="goodput_gpu_nvlink_errors_per_second",
-            metric_type="gauge",
+            metric="goodput_gpu_nvlink_errors_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -315,8 +346,6 @@ GPU = Kind(
             "code",
             "Last XID critical error seen during the tick (absent: none).",
             min=0,
-            metric="goodput_gpu_last_xid",
-            metric_type="gauge",
         ),
         Field("lost", "bool", "", "True when NVML reported GPU_IS_LOST for this GPU this tick."),
     ),
@@ -338,17 +367,19 @@ NIC = Kind(
             "Gb/s",
             "Link rate.",
             min=0.0,
-            metric="goodput_nic_link_rate_bits_per_second",
+            metric="goodput_nic_link_speed_bytes",
             metric_type="gauge",
-            metric_scale=1e9,
+            metric_scale=1e9 / 8,
+            metric_help="Link speed in bytes per second (node_exporter's node_network_speed_bytes).",
         ),
         Field(
             "tx_bytes_per_s",
             "float",
             "bytes/s",
             "Transmitted data (port_xmit_data x 4).",
-            metric="goodput_nic_transmit_bytes_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_transmit_bytes_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -356,8 +387,9 @@ NIC = Kind(
             "float",
             "bytes/s",
             "Received data (port_rcv_data x 4).",
-            metric="goodput_nic_receive_bytes_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_receive_bytes_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -365,8 +397,9 @@ NIC = Kind(
             "float",
             "1/s",
             "Transmitted packets.",
-            metric="goodput_nic_transmit_packets_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_transmit_packets_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -374,8 +407,9 @@ NIC = Kind(
             "float",
             "1/s",
             "Received packets.",
-            metric="goodput_nic_receive_packets_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_receive_packets_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -383,8 +417,9 @@ NIC = Kind(
             "float",
             "ticks/s",
             "port_xmit_wait: ticks with data queued but no credit.",
-            metric="goodput_nic_transmit_wait_ticks_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_transmit_wait_ticks_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -392,8 +427,9 @@ NIC = Kind(
             "float",
             "1/s",
             "np_ecn_marked_roce_packets: ECN-marked packets received.",
-            metric="goodput_nic_ecn_marked_packets_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_ecn_marked_packets_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -401,8 +437,9 @@ NIC = Kind(
             "float",
             "1/s",
             "np_cnp_sent: congestion notifications sent.",
-            metric="goodput_nic_cnp_sent_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_cnp_sent_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -410,8 +447,9 @@ NIC = Kind(
             "float",
             "1/s",
             "rp_cnp_handled: congestion notifications acted on.",
-            metric="goodput_nic_cnp_handled_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_cnp_handled_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -419,8 +457,9 @@ NIC = Kind(
             "float",
             "1/s",
             "PFC pause frames received, all priorities.",
-            metric="goodput_nic_pfc_pause_received_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_pfc_pause_received_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -428,8 +467,10 @@ NIC = Kind(
             "float",
             "µs/s",
             "PFC pause duration received, all priorities.",
-            metric="goodput_nic_pfc_pause_duration_microseconds_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_pfc_pause_duration_seconds_total",
+            metric_type="counter",
+            counts="rate",
+            metric_scale=1e-6,
             **RATE,
         ),
         Field(
@@ -437,8 +478,9 @@ NIC = Kind(
             "float",
             "1/s",
             "symbol_error.",
-            metric="goodput_nic_symbol_errors_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_symbol_errors_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -446,8 +488,9 @@ NIC = Kind(
             "float",
             "1/s",
             "port_rcv_errors.",
-            metric="goodput_nic_receive_errors_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_receive_errors_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -455,8 +498,9 @@ NIC = Kind(
             "float",
             "1/s",
             "port_xmit_discards.",
-            metric="goodput_nic_transmit_discards_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_transmit_discards_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -464,8 +508,9 @@ NIC = Kind(
             "float",
             "1/s",
             "link_downed: link went down.",
-            metric="goodput_nic_link_downed_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_link_downed_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -473,8 +518,9 @@ NIC = Kind(
             "float",
             "1/s",
             "mlx5 out_of_sequence.",
-            metric="goodput_nic_out_of_sequence_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_out_of_sequence_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -482,8 +528,9 @@ NIC = Kind(
             "float",
             "1/s",
             "mlx5 packet_seq_err.",
-            metric="goodput_nic_packet_sequence_errors_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_packet_sequence_errors_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -491,8 +538,9 @@ NIC = Kind(
             "float",
             "1/s",
             "mlx5 local_ack_timeout_err.",
-            metric="goodput_nic_ack_timeouts_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_ack_timeouts_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -500,8 +548,9 @@ NIC = Kind(
             "float",
             "1/s",
             "mlx5 req_transport_retries_exceeded.",
-            metric="goodput_nic_retries_exceeded_per_second",
-            metric_type="gauge",
+            metric="goodput_nic_retries_exceeded_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
     ),
@@ -536,8 +585,9 @@ STORAGE = Kind(
             "float",
             "bytes/s",
             "Bytes read.",
-            metric="goodput_storage_read_bytes_per_second",
-            metric_type="gauge",
+            metric="goodput_storage_read_bytes_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -545,8 +595,9 @@ STORAGE = Kind(
             "float",
             "bytes/s",
             "Bytes written.",
-            metric="goodput_storage_write_bytes_per_second",
-            metric_type="gauge",
+            metric="goodput_storage_write_bytes_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -554,8 +605,9 @@ STORAGE = Kind(
             "float",
             "1/s",
             "Read operations completed.",
-            metric="goodput_storage_read_ops_per_second",
-            metric_type="gauge",
+            metric="goodput_storage_read_ops_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -563,8 +615,9 @@ STORAGE = Kind(
             "float",
             "1/s",
             "Write operations completed.",
-            metric="goodput_storage_write_ops_per_second",
-            metric_type="gauge",
+            metric="goodput_storage_write_ops_total",
+            metric_type="counter",
+            counts="rate",
             **RATE,
         ),
         Field(
@@ -581,24 +634,33 @@ STORAGE = Kind(
             "busy_pct",
             "float",
             help="Time the device had I/O in flight (diskstats io_ticks).",
-            metric="goodput_storage_busy_percent",
-            metric_type="gauge",
+            metric="goodput_storage_io_time_seconds_total",
+            metric_type="counter",
+            counts="rate",
+            metric_scale=0.01,
+            metric_help="Seconds the device had I/O in flight (diskstats io_ticks); rate(): the busy ratio.",
             **PCT,
         ),
         Field(
             "psi_some_pct",
             "float",
             help="Share of the tick some task stalled on I/O (from PSI total).",
-            metric="goodput_storage_pressure_some_percent",
-            metric_type="gauge",
+            metric="goodput_storage_pressure_some_seconds_total",
+            metric_type="counter",
+            counts="rate",
+            metric_scale=0.01,
+            metric_help="Seconds in which some task stalled on I/O (PSI io some); rate() is the ratio.",
             **PCT,
         ),
         Field(
             "psi_full_pct",
             "float",
             help="Share of the tick all non-idle tasks stalled on I/O.",
-            metric="goodput_storage_pressure_full_percent",
-            metric_type="gauge",
+            metric="goodput_storage_pressure_full_seconds_total",
+            metric_type="counter",
+            counts="rate",
+            metric_scale=0.01,
+            metric_help="Seconds in which all non-idle tasks stalled on I/O (PSI io full); rate(): ratio.",
             **PCT,
         ),
     ),

@@ -61,7 +61,7 @@ def build():
         k.prom_timeseries(
             "SM active per GPU (live)",
             [(f'{gpu_metric}{{Hostname="$node"}}', "gpu {{gpu}}")],
-            unit="percent",
+            unit="percentunit",  # a 0-1 ratio (metrics version 2)
             thresholds=k.NEUTRAL,
             gridPos=k.pos(0, 20, 12),
         ),

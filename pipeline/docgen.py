@@ -291,18 +291,31 @@ def _self_metrics_table(metrics: dict[str, tuple[str, str, tuple[str, ...]]]) ->
 def metrics_md() -> str:
     """Every Prometheus series goodput exports, from the declarations (schema fields and catalog)."""
     out = [
-        f"""# Prometheus metrics, version {SCHEMA_VERSION}
+        f"""# Prometheus metrics, version {catalog.METRICS_VERSION}
 
 Generated from `contracts/schema.py` and `contracts/catalog.py` by `python -m pipeline.docgen`; do not
-edit by hand. Names follow the Prometheus conventions (base units: bytes, seconds, hertz, joules;
-`_total` for counters; `_per_second` for rates the agent already computed) and carry the `goodput_`
-prefix. Label names follow dcgm-exporter for GPUs (`gpu`, `UUID`, `modelName`, `pci_bus_id`,
-`Hostname`, `hpc_job`) and node_exporter for devices (`device`, `port`). A series is absent, never 0,
+edit by hand. Names follow the Prometheus conventions, as node_exporter and dcgm-exporter do: base
+units (bytes, seconds, hertz, joules), cumulative counters ending in `_total` (take `rate()` or
+`increase()` of them; the agent keeps each total monotonic across the device counter's wraps and
+resets, agents/totals.py), ratios 0-1 (`_ratio`), `_info` series (always 1) carrying identity labels,
+and the `goodput_` prefix. Label names follow dcgm-exporter for GPUs (`gpu`, `UUID`, `modelName`,
+`pci_bus_id`, `Hostname`, `hpc_job`; `promtool check metrics` flags `modelName` as camelCase, kept for
+existing dcgm dashboards) and node_exporter for devices (`device`, `port`). A series is absent, never 0,
 when the node cannot measure it; it disappears when its collector fails (then
-`goodput_collector_success{{collector=...}}` is 0). Renaming or removing a series is a breaking change.
+`goodput_collector_success{{collector=...}}` is 0). Renaming or removing a series is a breaking change
+and raises this version; the message fields (docs/messages.md, version {SCHEMA_VERSION}) are separate.
 
-## Agent: samples (`goodput agent`, default port 9477)
+## Renamed in version {catalog.METRICS_VERSION}
+
+Version 2 turned the agent's per-second gauges into counters and its percents into ratios; the Kafka
+messages did not change. A query on a former rate reads `rate(new[5m])`, on a former percent gauge
+`100 * new`, and on a former percent of time (storage busy, pressure) `100 * rate(new[5m])`.
+
+| old (version 1) | new (version 2) | what changed |
+|---|---|---|
 """
+        + "\n".join(f"| `{old}` | `{new}` | {why} |" for old, new, why in catalog.METRIC_RENAMES)
+        + "\n\n## Agent: samples (`goodput agent`, default port 9477)\n"
     ]
     for k in KINDS.values():
         metric_fields = [f for f in k.fields if f.metric]
@@ -318,12 +331,11 @@ when the node cannot measure it; it disappears when its collector fails (then
             "|---|---|---|---|",
         ]
         for f in metric_fields:
-            assert f.metric is not None  # metric_fields keeps fields with a metric
-            name = (
-                f.metric if f.metric_type != "counter" or f.metric.endswith("_total") else f"{f.metric}_total"
-            )
             scale = f" (x{f.metric_scale:g})" if f.metric_scale != 1 else ""
-            out.append(f"| `{name}` | {f.metric_type} | `{f.name}`{scale} | {f.help} |")
+            how = {"rate": ", summed over ticks", "cumulative": ", kept monotonic", None: ""}[f.counts]
+            out.append(
+                f"| `{f.metric}` | {f.metric_type} | `{f.name}`{scale}{how} | {f.metric_help or f.help} |"
+            )
         out.append("")
     out += ["## Agent: derived from fields that are no number", ""]
     out += _self_metrics_table(catalog.AGENT_DERIVED_METRICS) + [""]

@@ -28,3 +28,21 @@ def test_declared_series_are_exposed_under_the_catalog_names():
     series = declare(AgentSelfSeries, AGENT_SELF_METRICS, registry)
     series.agent_batches_sent.labels("gpu").inc()
     assert registry.get_sample_value("goodput_agent_batches_sent_total", {"kind": "gpu"}) == 1
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"metric": "goodput_x_bytes", "metric_type": "counter", "counts": "rate"}, "must end in _total"),
+        ({"metric": "goodput_x_bytes_total", "metric_type": "gauge"}, "must end in _total"),
+        ({"metric": "goodput_x_bytes_total", "metric_type": "counter"}, "says how it counts"),
+        ({"metric": "goodput_x_bytes", "metric_type": "gauge", "counts": "rate"}, "says how it counts"),
+    ],
+)
+def test_a_sample_field_declares_a_counter_consistently(kw, words):
+    """A counter's series ends in `_total` and says how the agent keeps its total (schema.Field.counts);
+    a gauge does neither, so a rename cannot leave a gauge named like a counter."""
+    from contracts.schema import Field
+
+    with pytest.raises(ValueError, match=words):
+        Field("x", "float", "bytes/s", "x", **kw)

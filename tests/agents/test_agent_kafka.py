@@ -173,7 +173,7 @@ def test_metrics_endpoint_names_and_labels(node):
         "the step receiver's first (1 s) tick",
     )
     families = {f.name: f for f in text_string_to_metric_families(node.scrape())}
-    util = families["goodput_gpu_utilization_percent"]
+    util = families["goodput_gpu_utilization_ratio"]
     assert util.type == "gauge" and len(util.samples) == 8
     assert set(util.samples[0].labels) == {"gpu", "UUID", "modelName", "pci_bus_id", "hpc_job", "Hostname"}
     assert {s.labels["Hostname"] for s in util.samples} == {NODE}
@@ -181,11 +181,11 @@ def test_metrics_endpoint_names_and_labels(node):
     assert energy.type == "counter" and energy.samples[0].name == "goodput_gpu_energy_joules_total"
     clock = families["goodput_gpu_sm_clock_hertz"].samples[0]
     assert clock.value == pytest.approx(1980e6)  # MHz field scaled to base units
-    nic = families["goodput_nic_transmit_bytes_per_second"]
+    nic = families["goodput_nic_transmit_bytes"]  # a counter: ..._total
     assert {(s.labels["device"], s.labels["port"]) for s in nic.samples} == {
         (f"mlx5_{i}", "1") for i in range(8)
     }
-    disk = families["goodput_storage_read_bytes_per_second"]
+    disk = families["goodput_storage_read_bytes"]
     assert {"source", "device"} <= set(disk.samples[0].labels)
     for name, (mtype, _help, _labels) in AGENT_SELF_METRICS.items():
         fam = families.get(name.removesuffix("_total"))
@@ -209,9 +209,7 @@ def test_a_failing_collector_is_reported_and_the_others_carry_on(node):
     before = node.next_seqs()["gpu"]
     node.wait_for(lambda: node.next_seqs()["gpu"] >= before + 4, 10, "gpu batches continuing")
     assert node.metric("goodput_collector_success", collector="nvml") == 1
-    assert node.metric("goodput_storage_read_bytes_per_second", source="disk") is None, (
-        "no stale disk samples"
-    )
+    assert node.metric("goodput_storage_read_bytes_total", source="disk") is None, "no stale disk samples"
     errors = [r for r in node.log_records() if r.get("collector") == "diskstats" and r["level"] == "error"]
     assert len(errors) == 1 and "diskstats" in errors[0]["msg"], (
         "one log line naming the collector, not one per tick"

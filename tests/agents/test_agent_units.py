@@ -320,7 +320,7 @@ def test_samples_exported_with_labels_scale_and_vanish_when_forgotten():
         "Hostname": "gpu-a-001",
     }
     assert fams["goodput_gpu_energy_joules"].samples[0].name == "goodput_gpu_energy_joules_total"
-    assert "goodput_gpu_utilization_percent" not in fams, "absent stays absent, never 0"
+    assert "goodput_gpu_utilization_ratio" not in fams, "absent stays absent, never 0"
     m.samples.forget("nvml")
     fams = {f.name for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
     assert "goodput_gpu_sm_clock_hertz" not in fams and "goodput_collector_success" in fams
@@ -447,3 +447,66 @@ def test_outage_log_warns_once_reminds_rarely_and_says_when_it_ended(caplog):
     ], "one warning, a reminder every 300 s, one line at the end"
     assert "connection refused" in caplog.records[0].getMessage()
     assert "701 s" in caplog.records[-1].getMessage() and not outage.failing
+
+
+def _samples(m: AgentMetrics, name: str) -> dict[tuple, float]:
+    """One family's samples: sorted label items -> value."""
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for f in text_string_to_metric_families(generate_latest(m.registry).decode())
+        for s in f.samples
+        if s.name == name
+    }
+
+
+def _port(sys_root, counters: dict[str, int]) -> None:
+    port = sys_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (port / "counters").mkdir(parents=True, exist_ok=True)
+    for name, text in (("state", "4: ACTIVE"), ("rate", "400 Gb/sec (4X NDR)"), ("link_layer", "InfiniBand")):
+        (port / name).write_text(text + "\n")
+    for name, value in counters.items():
+        (port / "counters" / name).write_text(f"{value}\n")
+
+
+def test_counters_are_monotonic_totals_across_wraps_and_resets(tmp_path):
+    """The real RDMA collector reads a 32-bit counter that wraps and then is cleared, and a 64-bit one
+    that is cleared: each total is the sum of the true advances, and never decreases."""
+    from collectors.rdma import RdmaCollector
+
+    wait = [4294967000, 704, 1704, 5, 1005]  # +1000 across the wrap, +1000, reset (counts 5), +1000
+    data = [100, 350, 600, 10, 60]  # 4-octet words: +250, +250, reset (counts 10), +50
+    want_wait = [None, 1000.0, 2000.0, 2005.0, 3005.0]
+    want_bytes = [None, 1000.0, 2000.0, 2040.0, 2240.0]
+    c = RdmaCollector(tmp_path)
+    m = AgentMetrics("gpu-a-001")
+    port = (("device", "mlx5_0"), ("port", "1"))
+    for tick, (w, d) in enumerate(zip(wait, data, strict=True)):
+        _port(tmp_path, {"port_xmit_wait": w, "port_xmit_data": d})
+        m.samples.update("rdma", "nic", c.collect(1_000_000 + tick * 1000))
+        assert _samples(m, "goodput_nic_transmit_wait_ticks_total").get(port) == want_wait[tick], tick
+        assert _samples(m, "goodput_nic_transmit_bytes_total").get(port) == want_bytes[tick], tick
+    assert _samples(m, "goodput_nic_info") == {(*port[:1], ("link_layer", "InfiniBand"), port[1]): 1.0}
+
+
+def test_a_device_counter_is_kept_monotonic_across_its_reset_and_ratios_are_0_to_1():
+    m = AgentMetrics("gpu-a-001")
+    gpu = {"gpu": 0, "uuid": "GPU-x"}
+    energy = []
+    for t, joules in enumerate((500.0, 800.0, 20.0, 70.0)):  # a driver reload between 800 and 20
+        m.samples.update(
+            "nvml", "gpu", [{**gpu, "ts_ms": 1000 * t, "energy_j": joules, "util_gpu_pct": 37.0}]
+        )
+        energy += list(_samples(m, "goodput_gpu_energy_joules_total").values())
+    assert energy == [500.0, 800.0, 820.0, 870.0]
+    assert list(_samples(m, "goodput_gpu_utilization_ratio").values()) == [0.37]
+
+
+def test_clock_events_are_one_series_per_reason_not_a_bitmask():
+    from contracts.catalog import CLOCK_EVENT_REASONS
+
+    m = AgentMetrics("gpu-a-001")
+    m.samples.update("nvml", "gpu", [{"ts_ms": 1, "gpu": 3, "uuid": "GPU-z", "throttle_reasons": 0x44}])
+    got = {dict(k)["reason"]: v for k, v in _samples(m, "goodput_gpu_clock_event_active").items()}
+    assert set(got) == set(CLOCK_EVENT_REASONS.values())
+    assert {r for r, v in got.items() if v == 1.0} == {"sw_power_cap", "hw_thermal_slowdown"}
+    assert _samples(m, "goodput_gpu_clock_event_reasons") == {}, "the bitmask is not a series"

@@ -226,8 +226,7 @@ def test_metrics_addresses_come_from_the_environment_and_a_bad_one_names_its_var
     assert cfg.agent.metrics_address == "10.1.2.3:9477" and cfg.loader.metrics_endpoint == ("0.0.0.0", 9479)
     defaults = config.load(None, {})
     assert (
-        defaults.agent.metrics_address == "0.0.0.0:9477"
-        and defaults.loader.metrics_address == "127.0.0.1:9479"
+        defaults.agent.metrics_address == "0.0.0.0:9477" and defaults.loader.metrics_address == "0.0.0.0:9479"
     )
     with pytest.raises(
         ConfigError, match=r"GOODPUT_METRICS_ADDRESS \(overrides \[agent\]\.metrics_address\).*host:port"
