@@ -286,7 +286,7 @@ def findings(store: Store, cluster: str, jobs: list[Job], base_ms: int) -> dict:
         s = j.steps
         per_job[j.job_id] = {
             "workers": len(j.ranks),
-            "gpu_share": j.mean_share,
+            "gpu_share": round(j.mean_share, 4),
             "iterations": int(s["time"].n_unique()),
             "incomplete_iterations": j.incomplete,
             "norm_time": j.duration_ms / UNIT_MS,
