@@ -392,7 +392,11 @@ def findings(store: Store, cfg: Config, trace: Trace, base_ms: int) -> dict:
         state.join(held, on="job_id", how="left")
         .join(trace.pods.select(pl.col("name").alias("job_id"), "share"), on="job_id", how="left")
         .with_columns(pl.col("s").fill_null(0.0), pl.col("cost").fill_null(0.0))
-        .with_columns(used_h=pl.col("s") * pl.col("share") / 3600, held_h=pl.col("s") / 3600)
+        .with_columns(
+            used_h=pl.col("s") * pl.col("share") / 3600,
+            held_h=pl.col("s") / 3600,
+            used_cost=pl.col("cost") * pl.col("share"),
+        )
     )
 
     def hours(col: str, by: str) -> dict:
@@ -439,6 +443,12 @@ def findings(store: Store, cfg: Config, trace: Trace, base_ms: int) -> dict:
             "total": round(float(jobs["used_h"].sum()), 6),
             "by_class": hours("used_h", "team"),
             "by_state": hours("used_h", "state"),
+        },
+        "cost": {
+            "rule": "the pool's price per GPU-hour x the GPU-hours by the share rule",
+            "currency": cfg.cluster.currency,
+            "total": round(float(jobs["used_cost"].sum()), 6),
+            "by_class": hours("used_cost", "team"),
         },
         "gpu_hours_held": {
             "rule": "whole GPUs held (a sharing pod holds one GPU in the replay's packing)",

@@ -4,6 +4,8 @@ repeated rows are handled and counted; a file of another shape is refused in one
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -148,3 +150,19 @@ def test_empty_file_is_refused(tmp_path):
     f.write_text("")
     rc, _, err = run_cli("replay", "alibaba-pai-minibatch", str(f), "--out", str(tmp_path / "o"))
     assert rc == 2 and str(f) in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [(("bogus",), "invalid choice: 'bogus'"), (("alibaba-pai-minibatch",), "required: path")],
+)
+def test_a_usage_error_is_one_line_and_makes_nothing(tmp_path, args, words):
+    p = subprocess.run(
+        [sys.executable, "-m", "goodput.cli", "replay", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
+    assert not list(tmp_path.iterdir())

@@ -113,10 +113,21 @@ def test_json_is_versioned_and_counts_what_it_read(found):
     assert found["fragmentation"]["instants_with_pending"] >= 0
 
 
-def test_config_maps_classes_to_teams(data, tmp_path, found):
+def test_cost_is_the_share_of_the_price(found):
+    """Without prices in the trace every GPU-hour costs 1: the cost is the GPU-hours by the share rule."""
+    assert found["cost"]["total"] == pytest.approx(found["gpu_hours"]["total"], abs=1e-3)
+    assert found["cost"]["by_class"] == pytest.approx(found["gpu_hours"]["by_class"], abs=1e-3)
+
+
+def test_config_maps_classes_to_teams_and_prices_gpus(data, tmp_path, found):
+    models = pl.read_csv(data / "openb_node_list_gpu_node.csv")["model"].unique().to_list()
     cfg = tmp_path / "teams.toml"
-    cfg.write_text('[teams]\nonline = ["LS", "Guaranteed"]\nbatch = ["BE", "Burstable"]\n')
+    cfg.write_text(
+        '[teams]\nonline = ["LS", "Guaranteed"]\nbatch = ["BE", "Burstable"]\n'
+        + "".join(f"[gpu_types.{m}]\nprice_per_gpu_hour = 2.5\n" for m in models)
+    )
     mapped = replay_json("alibaba-openb", str(data), "--config", str(cfg), "--out", str(tmp_path / "o"))
+    assert mapped["cost"]["total"] == pytest.approx(2.5 * found["gpu_hours"]["total"], abs=1e-2)
     by = found["gpu_hours"]["by_class"]
     assert mapped["gpu_hours"]["by_class"] == pytest.approx(
         {"online": by["LS"] + by["Guaranteed"], "batch": by["BE"] + by["Burstable"]}, abs=1e-3
