@@ -3,18 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+
+def _run(args, replay: Callable[..., dict], describe: Callable[[dict], str]) -> int:
+    """Runs one replay; prints its findings as tables or one JSON object. A trace the importer cannot read
+    is one line and exit code 2, like every goodput error."""
+    from goodput.replay.traces import TraceError
+
+    try:
+        result = replay(Path(args.path), Path(args.out), args.config, quiet=args.json)
+    except TraceError as e:
+        print(f"goodput replay {args.trace}: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print(describe(result))
+        print(
+            f"\nwrote {args.out}/: store/ (chDB), config.toml — "
+            f"try: goodput summary --config {args.out}/config.toml"
+        )
+    return 0
 
 
 def cmd_openb(args) -> int:
-    from goodput.replay import openb
+    from goodput.replay import openb, openb_findings
 
-    return openb.main(args)
+    return _run(args, openb.replay, openb_findings.describe)
 
 
 def cmd_pai(args) -> int:
-    from goodput.replay import pai
+    from goodput.replay import pai, pai_findings
 
-    return pai.main(args)
+    return _run(args, pai.replay, pai_findings.describe)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

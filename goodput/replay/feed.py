@@ -16,9 +16,11 @@ from typing import Any, Mapping, Sequence
 from contracts.config import Config
 from contracts.envelope import encode_batch
 from contracts.schema import topic_for
+from goodput.replay.traces import TraceError
 from pipeline import ddl
 from pipeline.chdb_store import ChdbStore
 from pipeline.loader import Loader, LoadStats, limits_from_config
+from pipeline.progress import Progress
 from pipeline.store import Store
 from transport.base import InProcessTransport
 
@@ -72,3 +74,20 @@ class Feeder:
     @property
     def totals(self) -> LoadStats:
         return self.loader.totals
+
+    def finish(self, progress: Progress, source: Path) -> LoadStats:
+        """Closes the load's progress line; a dead letter is a bug of the importer, so TraceError."""
+        totals = self.loader.totals
+        progress.done(f"{sum(totals.rows.values()):,} rows, {sum(totals.dead_letters.values())} dead letters")
+        if totals.dead_letters:
+            raise TraceError(
+                f"{source}: the loader refused {dict(totals.dead_letters)}; see goodput dead-letters"
+            )
+        return totals
+
+
+def event_columns(events: list[dict]) -> dict[str, list]:
+    """Job events (one dict each) as an envelope's columns: a field an event lacks is null in its row
+    (`gpu_indices`: empty, an allocation without placement)."""
+    fields = sorted({k for e in events for k in e})
+    return {f: [e.get(f, [] if f == "gpu_indices" else None) for e in events] for f in fields}

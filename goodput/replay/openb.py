@@ -13,20 +13,18 @@ explains each choice and what the data cannot tell."""
 from __future__ import annotations
 
 import heapq
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from contracts import config as config_mod
-from contracts.config import Config, ConfigError
-from goodput.replay.feed import Feeder, fresh_store
+from goodput.replay import replay_config
+from goodput.replay.feed import Feeder, event_columns, fresh_store
+from goodput.replay.openb_findings import findings
 from goodput.replay.traces import ImportStats, TraceError, dedup_counted, read, sort_counted
 from pipeline.analyzers import run as analyzers
 from pipeline.progress import Progress
-from pipeline.store import Store
 
 POD_FILE = "openb_pod_list_default.csv"
 NODE_FILE = "openb_node_list_gpu_node.csv"
@@ -190,50 +188,23 @@ def pool_name(model: str, gpus: int) -> str:
     return f"{model}-x{gpus}"
 
 
-def config_data(nodes: pl.DataFrame, user: dict | None) -> dict:
-    """The replay's config as TOML data: one pool per (GPU model, GPUs per node) of the node list, a
-    nominal price of 1 per GPU-hour (the trace has none: cost then reads as GPU-hours), each qos a team
-    of its own name; a `--config` file's tables are laid over it (its `[teams]` replaces the default
-    mapping whole), except `[[pools]]`, which come from the node list."""
+def config_data(nodes: pl.DataFrame, path: str | None) -> dict:
+    """The replay's config as TOML data: one pool per (GPU model, GPUs per node) of the node list, each
+    qos a team of its own name (default team `unclassified`), hour windows; a `--config` file laid over it
+    (replay_config.overlay)."""
     groups = nodes.group_by("model", "gpu", maintain_order=True).agg(pl.col("sn"))
-    data: dict = {
-        "schema_version": config_mod.CONFIG_VERSION,
-        "cluster": {"name": CLUSTER, "currency": "USD", "control_nodes": [SCHEDULER]},
-        "gpu_types": {m: {"price_per_gpu_hour": 1.0, "has_gpm": False} for m in groups["model"].unique()},
-        # the trace says nothing of the fabric or storage: placeholders the scheduler-only figures never read
-        "network_tiers": {"unknown": {"link_gbps": 100.0, "links_per_node": 1, "link_layer": "Ethernet"}},
-        "pools": [
-            {
-                "name": pool_name(m, g),
-                "class": "shared",
-                "gpu_type": m,
-                "gpus_per_node": g,
-                "nodes": sns,
-                "network_tier": "unknown",
-                "storage_ceiling_bytes_per_s": 1e12,
-            }
+    data = replay_config.base(
+        CLUSTER,
+        SCHEDULER,
+        {m: {} for m in groups["model"].unique(maintain_order=True)},
+        [
+            {"name": pool_name(m, g), "gpu_type": m, "gpus_per_node": g, "nodes": sns}
             for m, g, sns in groups.rows()
         ],
-        "teams": {**{c: [c] for c in DEFAULT_CLASSES}, "default_team": "unclassified"},
-        "analyzer": {"window_s": WINDOW_S, "capacity_bucket_s": WINDOW_S},
-        "store": {"kind": "chdb", "path": "store"},
-    }
-    if user:
-        if "pools" in user:
-            raise ConfigError("[[pools]]: a replay takes its pools from the trace's node list; remove them")
-        for key, value in user.items():
-            if key == "cluster":
-                data["cluster"] = {**data["cluster"], **value}
-                if SCHEDULER not in data["cluster"].get("control_nodes", []):
-                    data["cluster"]["control_nodes"] = [*data["cluster"].get("control_nodes", []), SCHEDULER]
-            elif key == "gpu_types":
-                for m, t in value.items():
-                    data["gpu_types"][m] = {**data["gpu_types"].get(m, {}), **t}
-            elif isinstance(value, dict) and isinstance(data.get(key), dict) and key != "teams":
-                data[key] = {**data[key], **value}
-            else:
-                data[key] = value
-    return data
+        teams={**{c: [c] for c in DEFAULT_CLASSES}, "default_team": "unclassified"},
+        analyzer={"window_s": WINDOW_S, "capacity_bucket_s": WINDOW_S},
+    )
+    return replay_config.overlay(data, path, SCHEDULER)
 
 
 def events(pods: pl.DataFrame, base_ms: int) -> list[dict]:
@@ -276,18 +247,12 @@ def events(pods: pl.DataFrame, base_ms: int) -> list[dict]:
     return [r[4] for r in rows]
 
 
-def columns(batch: list[dict]) -> dict[str, list]:
-    fields = sorted({k for e in batch for k in e})
-    return {f: [e.get(f, [] if f == "gpu_indices" else None) for e in batch] for f in fields}
-
-
 def replay(path: Path, out: Path, config_path: str | None = None, quiet: bool = False) -> dict:
     """Imports, loads, analyzes; returns the findings (the `--json` object)."""
     started = time.perf_counter()
     trace = load(path)
-    user = config_mod.read_toml(config_path)[0] if config_path else None
-    data = config_data(trace.nodes, user)
-    cfg = config_mod.parse(data, config_path or "<replay>")
+    data = config_data(trace.nodes, config_path)
+    cfg = replay_config.parse(data, config_path)
     out.mkdir(parents=True, exist_ok=True)
     # the trace's start on an hour boundary, its end at most now: every interval as in the trace
     now_ms = int(time.time() * 1000)
@@ -301,219 +266,17 @@ def replay(path: Path, out: Path, config_path: str | None = None, quiet: bool = 
             j, t0 = i, evs[i]["ts_ms"]
             while j < len(evs) and j - i < BATCH_ROWS and evs[j]["ts_ms"] - t0 < BATCH_SPAN_MS:
                 j += 1
-            feeder.send("job", SCHEDULER, columns(evs[i:j]), evs[j - 1]["ts_ms"] + 1000)
+            feeder.send("job", SCHEDULER, event_columns(evs[i:j]), evs[j - 1]["ts_ms"] + 1000)
             progress.update(j)
             i = j
-        totals = feeder.totals
-        progress.done(f"{sum(totals.rows.values()):,} rows, {sum(totals.dead_letters.values())} dead letters")
-        if totals.dead_letters:
-            raise TraceError(
-                f"{path}: the loader refused {dict(totals.dead_letters)}; see goodput dead-letters"
-            )
+        totals = feeder.finish(progress, path)
         progress = Progress("analyze", 0, unit="statement", quiet=quiet)
         analyzers.run(store, cfg, base_ms, base_ms + (trace.end_s + WINDOW_S) * 1000, progress)
         progress.done()
-        result = findings(store, cfg, trace, base_ms)
-    _write_config(data, out / "config.toml")
+        gpus = int(trace.nodes["gpu"].sum())
+        result = findings(store, cfg, trace.pods, gpus, trace.end_s, base_ms)
+    replay_config.write(data, out / "config.toml")
     result["import"] = [s.as_dict() for s in trace.stats]
     result["loaded"] = {"job_events": int(totals.rows.get("job", 0)), "dead_letters": 0}
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     return result
-
-
-def _write_config(data: dict, path: Path) -> None:
-    """The replay's effective config beside its store, so `goodput summary --config` reads the same."""
-    import tomli_w
-
-    path.write_bytes(tomli_w.dumps(data).encode())
-
-
-REPLAY_VERSION = 1
-"""Version of the replays' JSON objects (docs/real-traces.md): fields may be added, never removed,
-renamed or re-typed within one version."""
-
-
-def _nearest_rank(values: list[float]) -> dict:
-    """p50/p90/p99 as fleet.sql's queue_delay_day takes them: the ceil(q n)-th smallest (nearest rank)."""
-    import math
-
-    v = sorted(values)
-    if not v:
-        return {"jobs": 0, "p50": None, "p90": None, "p99": None, "max": None}
-    pick = {q: v[max(1, math.ceil(round(q * len(v), 6))) - 1] for q in (0.5, 0.9, 0.99)}
-    return {"jobs": len(v), "p50": pick[0.5], "p90": pick[0.9], "p99": pick[0.99], "max": v[-1]}
-
-
-def findings(store: Store, cfg: Config, trace: Trace, base_ms: int) -> dict:
-    """The replay's figures, read from the analyzers' tables of the store."""
-    cluster = {"cluster": cfg.cluster.name}
-    delay = pl.from_arrow(
-        store.query_arrow(
-            "SELECT job_id, team, toInt64(round(queue_wait_s * 1000)) AS w_ms "
-            "FROM scheduling_delay WHERE cluster = {cluster:String}",
-            cluster,
-        )
-    )
-    assert isinstance(delay, pl.DataFrame)
-    scheduled = delay.filter(pl.col("w_ms").is_not_null())
-    queue = {"all": _nearest_rank([w / 1000 for w in scheduled["w_ms"]])}
-    for team in sorted(delay["team"].unique()):
-        queue[team] = _nearest_rank([w / 1000 for w in scheduled.filter(pl.col("team") == team)["w_ms"]])
-    withdrawn = delay.filter(pl.col("w_ms").is_null()).group_by("team").len()
-    state = pl.from_arrow(
-        store.query_arrow(
-            "SELECT job_id, countIf(event = 'allocated') > 0 AS allocated, "
-            "anyIf(event, event IN ('completed', 'failed', 'cancelled')) AS ended "
-            "FROM raw_job FINAL WHERE cluster = {cluster:String} GROUP BY job_id",
-            cluster,
-        )
-    )
-    assert isinstance(state, pl.DataFrame)
-    state = state.with_columns(pl.col("allocated").cast(pl.Boolean)).with_columns(
-        state=pl.when(pl.col("ended") == "completed")
-        .then(pl.lit("Succeeded"))
-        .when(pl.col("ended") == "failed")
-        .then(pl.lit("Failed"))
-        .when((pl.col("ended") == "cancelled") & pl.col("allocated"))
-        .then(pl.lit("Running"))
-        .when(pl.col("ended") == "cancelled")
-        .then(pl.lit("Pending"))
-        .otherwise(pl.lit("open at trace end"))
-    )
-    held = pl.from_arrow(
-        store.query_arrow(
-            "SELECT job_id, team, allocated_gpu_seconds AS s, cost FROM job_summary "
-            "WHERE cluster = {cluster:String}",
-            cluster,
-        )
-    )
-    assert isinstance(held, pl.DataFrame)
-    jobs = (
-        state.join(held, on="job_id", how="left")
-        .join(trace.pods.select(pl.col("name").alias("job_id"), "share"), on="job_id", how="left")
-        .with_columns(pl.col("s").fill_null(0.0), pl.col("cost").fill_null(0.0))
-        .with_columns(
-            used_h=pl.col("s") * pl.col("share") / 3600,
-            held_h=pl.col("s") / 3600,
-            used_cost=pl.col("cost") * pl.col("share"),
-        )
-    )
-
-    def hours(col: str, by: str) -> dict:
-        g = jobs.filter(pl.col(by).is_not_null()).group_by(by).agg(pl.col(col).sum()).sort(by)
-        return {k: round(v, 6) for k, v in g.rows()}
-
-    cap = pl.from_arrow(
-        store.query_arrow(
-            "SELECT toInt64(toUnixTimestamp(bucket_start)) * 1000 AS b, sum(capacity_gpu_s) AS cap, "
-            "sum(allocated_gpu_s) AS alloc FROM pool_capacity WHERE cluster = {cluster:String} "
-            "GROUP BY b ORDER BY b",
-            cluster,
-        )
-    )
-    assert isinstance(cap, pl.DataFrame)
-    daily = (
-        cap.with_columns(day=(pl.col("b") - base_ms) // 86_400_000)
-        .group_by("day")
-        .agg(
-            pct=100 * pl.col("alloc").sum() / pl.col("cap").sum(),
-            peak=(100 * pl.col("alloc") / pl.col("cap")).max(),
-        )
-        .sort("day")
-    )
-    frag = store.query_arrow(
-        "SELECT count() AS instants, countIf(fragmented) AS fragmented, max(stranded_gpus) AS max_stranded "
-        "FROM pool_fragmentation WHERE cluster = {cluster:String}",
-        cluster,
-    ).to_pylist()[0]
-    total_cap = float(cap["cap"].sum()) if cap.height else 0.0
-    return {
-        "replay_version": REPLAY_VERSION,
-        "trace": "alibaba-openb",
-        "cluster_gpus": int(trace.nodes["gpu"].sum()),
-        "trace_days": round(trace.end_s / 86400, 3),
-        "pods": {
-            "gpu_pods": trace.pods.height,
-            "scheduled": int(trace.pods["scheduled_time"].is_not_null().sum()),
-            "withdrawn_while_queued": {k: v for k, v in sorted(withdrawn.rows())},
-        },
-        "queue_delay_s": queue,
-        "gpu_hours": {
-            "rule": "num_gpu x gpu_milli/1000 x (deletion_time - scheduled_time)",
-            "total": round(float(jobs["used_h"].sum()), 6),
-            "by_class": hours("used_h", "team"),
-            "by_state": hours("used_h", "state"),
-        },
-        "cost": {
-            "rule": "the pool's price per GPU-hour x the GPU-hours by the share rule",
-            "currency": cfg.cluster.currency,
-            "total": round(float(jobs["used_cost"].sum()), 6),
-            "by_class": hours("used_cost", "team"),
-        },
-        "gpu_hours_held": {
-            "rule": "whole GPUs held (a sharing pod holds one GPU in the replay's packing)",
-            "total": round(float(jobs["held_h"].sum()), 6),
-            "by_class": hours("held_h", "team"),
-            "by_state": hours("held_h", "state"),
-        },
-        "allocated_pct": {
-            "of_gpus": int(trace.nodes["gpu"].sum()),
-            "mean": round(100 * float(cap["alloc"].sum()) / total_cap, 4) if total_cap else None,
-            "peak_hour": round(float(cap.select((100 * pl.col("alloc") / pl.col("cap")).max()).item()), 4)
-            if cap.height
-            else None,
-            "by_trace_day": [
-                {"day": int(d), "mean": round(p, 4), "peak_hour": round(k, 4)} for d, p, k in daily.rows()
-            ],
-        },
-        "fragmentation": {
-            "basis": "the replay's first-fit packing, not the cluster's own placement",
-            "instants_with_pending": int(frag["instants"]),
-            "fragmented_instants": int(frag["fragmented"]),
-            "max_stranded_gpus": int(frag["max_stranded"] or 0),
-        },
-    }
-
-
-def format_findings(f: dict) -> str:
-    """The findings as a few plain tables, for a terminal."""
-    lines = [
-        f"Alibaba openb: {f['pods']['gpu_pods']:,} GPU pods over {f['trace_days']:g} days "
-        f"on {f['cluster_gpus']:,} GPUs",
-        "",
-        f"{'queue delay (s)':<18}{'pods':>7}{'p50':>10}{'p90':>10}{'p99':>10}",
-    ]
-    for k, q in f["queue_delay_s"].items():
-        if q["jobs"]:
-            lines.append(f"{k:<18}{q['jobs']:>7}{q['p50']:>10g}{q['p90']:>10g}{q['p99']:>10g}")
-    g = f["gpu_hours"]
-    lines += ["", f"GPU-hours ({g['rule']}): {g['total']:,.1f}"]
-    for by in ("by_class", "by_state"):
-        lines.append("  " + ", ".join(f"{k} {v:,.1f}" for k, v in g[by].items()))
-    a = f["allocated_pct"]
-    lines += [
-        "",
-        f"allocated: {a['mean']:.2f}% of {a['of_gpus']:,} GPUs on average, "
-        f"{a['peak_hour']:.2f}% at the peak hour",
-    ]
-    return "\n".join(lines)
-
-
-def main(args) -> int:
-    try:
-        result = replay(Path(args.path), Path(args.out), args.config, quiet=args.json)
-    except TraceError as e:
-        print(f"goodput replay alibaba-openb: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        import json
-
-        json.dump(result, sys.stdout, indent=2)
-        print()
-    else:
-        print(format_findings(result))
-        print(
-            f"\nwrote {args.out}/: store/ (chDB), config.toml — "
-            f"try: goodput summary --config {args.out}/config.toml"
-        )
-    return 0
