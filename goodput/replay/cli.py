@@ -15,7 +15,7 @@ def _run(args, replay: Callable[..., dict], describe: Callable[[dict], str]) -> 
     from goodput.replay.traces import TraceError
 
     try:
-        result = replay(Path(args.path), Path(args.out), args.config, quiet=args.json)
+        result = replay(Path(args.path), Path(args.out), args.config)
     except TraceError as e:
         print(f"goodput replay {args.trace}: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ keeps job and step events 400 days, so a trace rebased to end now stays whole.""
 from __future__ import annotations
 
 import shutil
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -27,15 +28,29 @@ from transport.base import InProcessTransport
 AGENT = "goodput-replay/0.1.0"
 
 
-def fresh_store(path: Path) -> ChdbStore:
-    """An empty chDB store at `path`: a replay is a snapshot, so an earlier replay's store there is
-    replaced (opening it first refuses, naming the holder, when another process uses it)."""
+def fresh_store(out: Path, cluster: str) -> ChdbStore:
+    """An empty chDB store in `out`/store: a replay is a snapshot, so an earlier replay's store there (its
+    config.toml beside it names the same cluster) is replaced; opening it first refuses, naming the
+    holder, when another process uses it. Any other directory there is refused, never deleted."""
+    path = out / "store"
     if path.exists():
+        if _replayed_cluster(out / "config.toml") != cluster:
+            raise TraceError(
+                f"{path} exists and is not the store of an earlier {cluster} replay; choose another --out"
+            )
         ChdbStore(path).close()
         shutil.rmtree(path)
+    out.mkdir(parents=True, exist_ok=True)
     store = ChdbStore(path)
     ddl.migrate(store)
     return store
+
+
+def _replayed_cluster(config: Path) -> str | None:
+    try:
+        return tomllib.loads(config.read_text()).get("cluster", {}).get("name")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
 
 
 class Feeder:

@@ -247,20 +247,20 @@ def events(pods: pl.DataFrame, base_ms: int) -> list[dict]:
     return [r[4] for r in rows]
 
 
-def replay(path: Path, out: Path, config_path: str | None = None, quiet: bool = False) -> dict:
+def replay(path: Path, out: Path, config_path: str | None = None) -> dict:
     """Imports, loads, analyzes; returns the findings (the `--json` object)."""
     started = time.perf_counter()
     trace = load(path)
     data = config_data(trace.nodes, config_path)
     cfg = replay_config.parse(data, config_path)
-    out.mkdir(parents=True, exist_ok=True)
     # the trace's start on an hour boundary, its end at most now: every interval as in the trace
     now_ms = int(time.time() * 1000)
     base_ms = (now_ms - trace.end_s * 1000) // 3_600_000 * 3_600_000
     evs = events(trace.pods, base_ms)
-    with fresh_store(out / "store") as store:
+    with fresh_store(out, cfg.cluster.name) as store:
+        replay_config.write(data, out / "config.toml")  # first: it marks the store as this replay's
         feeder = Feeder(store, cfg)
-        progress = Progress("replay openb", len(evs), unit="event", quiet=quiet)
+        progress = Progress("replay openb", len(evs), unit="event")
         i = 0
         while i < len(evs):
             j, t0 = i, evs[i]["ts_ms"]
@@ -270,12 +270,11 @@ def replay(path: Path, out: Path, config_path: str | None = None, quiet: bool = 
             progress.update(j)
             i = j
         totals = feeder.finish(progress, path)
-        progress = Progress("analyze", 0, unit="statement", quiet=quiet)
+        progress = Progress("analyze", 0, unit="statement")
         analyzers.run(store, cfg, base_ms, base_ms + (trace.end_s + WINDOW_S) * 1000, progress)
         progress.done()
         gpus = int(trace.nodes["gpu"].sum())
         result = findings(store, cfg, trace.pods, gpus, trace.end_s, base_ms)
-    replay_config.write(data, out / "config.toml")
     result["import"] = [s.as_dict() for s in trace.stats]
     result["loaded"] = {"job_events": int(totals.rows.get("job", 0)), "dead_letters": 0}
     result["elapsed_s"] = round(time.perf_counter() - started, 1)

@@ -157,7 +157,7 @@ def send_job(feeder: Feeder, job: Job, base_ms: int, progress: Progress, done: i
     return done
 
 
-def replay(path: Path, out: Path, config_path: str | None = None, quiet: bool = False) -> dict:
+def replay(path: Path, out: Path, config_path: str | None = None) -> dict:
     started = time.perf_counter()
     jobs = [read_job(f) for f in files(path)]
     data = config_data(jobs, config_path)
@@ -166,19 +166,18 @@ def replay(path: Path, out: Path, config_path: str | None = None, quiet: bool = 
     longest = max(j.duration_ms for j in jobs)
     # every job starts at one window-aligned instant, an hour (at least) before now
     base_ms = (int(time.time() * 1000) - longest - 3_600_000) // w_ms * w_ms
-    out.mkdir(parents=True, exist_ok=True)
-    with fresh_store(out / "store") as store:
+    with fresh_store(out, cfg.cluster.name) as store:
+        replay_config.write(data, out / "config.toml")  # first: it marks the store as this replay's
         feeder = Feeder(store, cfg)
-        progress = Progress("replay pai", sum(j.steps.height for j in jobs), unit="step", quiet=quiet)
+        progress = Progress("replay pai", sum(j.steps.height for j in jobs), unit="step")
         done = 0
         for job in jobs:
             done = send_job(feeder, job, base_ms, progress, done)
         totals = feeder.finish(progress, path)
-        progress = Progress("analyze", 0, unit="statement", quiet=quiet)
+        progress = Progress("analyze", 0, unit="statement")
         analyzers.run(store, cfg, base_ms, base_ms + longest + w_ms, progress)
         progress.done()
         result = findings(store, cfg.cluster.name, jobs, base_ms, UNIT_MS)
-    replay_config.write(data, out / "config.toml")
     result["import"] = [j.stats.as_dict() for j in jobs]
     result["loaded"] = {k: int(v) for k, v in sorted(totals.rows.items())} | {"dead_letters": 0}
     result["elapsed_s"] = round(time.perf_counter() - started, 1)

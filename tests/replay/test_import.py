@@ -166,3 +166,16 @@ def test_a_usage_error_is_one_line_and_makes_nothing(tmp_path, args, words):
     )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_replay_replaces_its_own_store_and_no_other(tmp_path):
+    d = write_openb(tmp_path / "t")
+    out = tmp_path / "o"
+    first = replay_json("alibaba-openb", str(d), "--out", str(out))
+    again = replay_json("alibaba-openb", str(d), "--out", str(out))
+    assert again["gpu_hours"] == first["gpu_hours"]  # replaced, not loaded twice
+    (tmp_path / "other" / "store").mkdir(parents=True)
+    (tmp_path / "other" / "store" / "keep").write_text("x")
+    rc, _, err = run_cli("replay", "alibaba-openb", str(d), "--out", str(tmp_path / "other"))
+    assert rc == 2 and "choose another --out" in err and err.count("\n") == 1
+    assert (tmp_path / "other" / "store" / "keep").exists()
