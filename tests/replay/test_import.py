@@ -179,3 +179,13 @@ def test_a_replay_replaces_its_own_store_and_no_other(tmp_path):
     rc, _, err = run_cli("replay", "alibaba-openb", str(d), "--out", str(tmp_path / "other"))
     assert rc == 2 and "choose another --out" in err and err.count("\n") == 1
     assert (tmp_path / "other" / "store" / "keep").exists()
+
+
+def test_pai_prints_a_table_without_json(tmp_path):
+    f = tmp_path / "job_9_norm.csv"
+    f.write_text(",worker,gpu,time,batch_time_norm\n" + "\n".join(pai_rows()) + "\n")
+    rc, out, err = run_cli("replay", "alibaba-pai-minibatch", str(f), "--out", str(tmp_path / "o"))
+    assert rc == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("pai-job-9 "))
+    assert row.split()[1:4] == ["2", "persistent", "1-200"]
+    assert "replay pai: done" in err  # progress, on stderr

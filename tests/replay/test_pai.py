@@ -101,3 +101,24 @@ def test_json_lists_stragglers_in_the_documented_shape(found):
     assert imports["job_2_norm.csv"]["rows_read"] == 2402
     assert imports["job_4_norm.csv"]["unknown_columns"] == []
     assert found["loaded"]["dead_letters"] == 0
+
+
+def test_config_sets_the_straggler_thresholds(found, data, tmp_path):
+    """`[analyzer] straggler_persistent_fraction` reaches the detector: job 4's longest episode (rank 7,
+    about 35 % of the job's windows) is transient at the default 0.5 and persistent at 0.3, where the
+    next longest (rank 5, about 22 %) stays transient."""
+    longest = max((s for s in found["stragglers"] if s["job"] == "pai-job-4"), key=lambda s: s["steps"])
+    assert longest["kind"] == "transient"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[analyzer]\nstraggler_persistent_fraction = 0.3\n")
+    again = replay_json(
+        "alibaba-pai-minibatch",
+        str(data / "job_4_norm.csv"),
+        "--config",
+        str(cfg),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    same = [s for s in again["stragglers"] if (s["rank"], s["start"]) == (longest["rank"], longest["start"])]
+    assert [s["kind"] for s in same] == ["persistent"]
+    assert {s["kind"] for s in again["stragglers"] if s["rank"] == 5} == {"transient"}
