@@ -73,6 +73,7 @@ def test_gpu_hours_per_class_and_final_state(found, pods, share, key):
 def test_withdrawn_pods_are_the_pending_ones(found, pods):
     pending = pods.filter(pl.col("scheduled_time").is_null())
     assert (pending["pod_phase"] == "Pending").all()
+    assert pending["deletion_time"].is_not_null().all()  # withdrawn while queued, never scheduled
     expect = {k: v for k, v in pending.group_by("qos").len().rows()}
     assert found["pods"]["withdrawn_while_queued"] == expect
     assert found["pods"]["gpu_pods"] == pods.height
