@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from alerts import build as alerts_build
 from contracts.config import ConfigError
+from goodput.replay import cli as replay_cli
 from pipeline import cli as pipeline_cli
 from pipeline.store import StoreError
 
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory: dashboards/*.json, provisioning/*/goodput.yaml")
     p.set_defaults(func=cmd_dashboards_build)
     pipeline_cli.register(sub)
+    replay_cli.register(sub)
     alerts_build.register(sub)
     return parser
 
