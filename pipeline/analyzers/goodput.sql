@@ -634,10 +634,12 @@ SETTINGS join_use_nulls = 1
 --    events, 10; or an episode from SM activity, 10c) is comm evidence of strength 1, and in an SM episode
 --    the other live GPUs lose at least its wait share (1 - median / busiest: a few % under the tolerance
 --    still costs every GPU of the gang); both kinds split l by strength ({evidence_split} = 'strength') or
---    half each ('even'); neither, and l is idle.
+--    half each ('even'); neither, and l is idle. Step events are telemetry too: a GPU with no samples in a
+--    window the job's steps cover (a trace of step times alone, an agent without NVML) is classified by
+--    the steps, l = their wait; only with neither is it "no data" (12).
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
 SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
-       g.n = 0 AS no_data,
+       g.n = 0 AND sp.ranks = 0 AS no_data,
        sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
        in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
        in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
@@ -647,7 +649,7 @@ SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
        multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
        f_data + f_comm AS f_step,
        f_step >= {step_wait_min} AS by_steps,
-       if(g.n = 0, 1.0, multiIf(by_steps, greatest(g.l, least(1.0, f_step)),
+       if(no_data, 1.0, multiIf(by_steps, greatest(g.l, least(1.0, f_step)),
                                 blamed, greatest(g.l, sg.f_wait), g.l)) AS l,
        ifNull(e.s_d, 0) AS s_d,
        greatest(ifNull(e.s_c, 0), if(st.why != '' OR blamed, 1.0, 0.0)) AS s_c,

@@ -90,3 +90,21 @@ def test_long_steps_are_prorated_over_the_windows_they_span(sc):
     got = analyze(sc)
     assert got["data_stall"] == pytest.approx(180 * 4 / 3, rel=0.03)
     assert got.get("idle", 0.0) == pytest.approx(0.0, abs=1.0)
+
+
+def test_step_events_alone_are_telemetry(sc):
+    """Ranks that report steps but no GPU samples (a trace of step times, an agent without NVML): running
+    time is classified by the steps, not idle "no telemetry from node"; with neither it still is."""
+    j = dict(job_id="j", account="research")
+    sc.job(*(dict(t=0, event="allocated", node=n, gpu_indices=GPUS, **j) for n in (N1, N2)))
+    sc.job(dict(t=0, event="gang_complete", **j), dict(t=0, event="running", **j))
+    sc.job(
+        dict(t=END, event="completed", **j),
+        *(dict(t=END, event="released", node=n, gpu_indices=GPUS, **j) for n in (N1, N2)),
+    )
+    sc.steps(N1, "j", GPUS, 0, 300, waits=waits_after(200, 405.0, 50.0))  # nothing at all after 300 s
+    got = analyze(sc)
+    assert got["data_stall"] == pytest.approx(100 * 4 * 0.4, rel=0.02)
+    assert got["productive"] == pytest.approx(200 * 4 + 100 * 4 * 0.6, rel=0.02)
+    assert got["idle"] == pytest.approx(100 * 4, rel=0.02)
+    assert {e for _, c, _, e in sc.windows("j") if c == "idle"} == {"no telemetry from node"}
