@@ -17,27 +17,5 @@ if [ -n "$binary" ]; then
   exit 0
 fi
 
-as_root=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    as_root=(sudo -n)
-  else
-    echo "clickhouse: clickhouse-server is missing; run this script as root (it apt-get installs clickhouse-server)" >&2
-    exit 1
-  fi
-fi
-
-policy=/usr/sbin/policy-rc.d
-own_policy=0
-if [ ! -e "$policy" ]; then
-  "${as_root[@]}" sh -c "printf '#!/bin/sh\n# installed by .ci/install.d/clickhouse.sh while installing packages\nexit 101\n' >$policy && chmod 755 $policy"
-  own_policy=1
-fi
-cleanup() { if [ "$own_policy" -eq 1 ]; then "${as_root[@]}" rm -f "$policy"; fi; }
-trap cleanup EXIT
-
-"${as_root[@]}" apt-get update -q
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-  clickhouse-server openssl </dev/null
+"$(dirname "$0")/../apt-install" clickhouse clickhouse-server openssl
 echo "clickhouse: installed $(dpkg-query -W -f='${Version}' clickhouse-server)"

@@ -8,11 +8,5 @@ if command -v chromium >/dev/null 2>&1 && fc-list :lang=zh family | grep -q "Not
   echo "report: chromium and Noto CJK present ($(chromium --version 2>/dev/null | head -1))"
   exit 0
 fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "report: chromium or fonts-noto-cjk missing; run this script as root (it apt-get installs them)" >&2
-  exit 1
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends chromium fonts-noto-cjk fonts-dejavu-core fontconfig </dev/null
+"$(dirname "$0")/../apt-install" report chromium fonts-noto-cjk fonts-dejavu-core fontconfig
 echo "report: installed chromium $(dpkg-query -W -f='${Version}' chromium), fonts-noto-cjk"

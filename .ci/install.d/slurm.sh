@@ -16,24 +16,5 @@ if [ "${#need[@]}" -eq 0 ]; then
   echo "slurm: already installed ($(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null || echo 'not from a package'))"
   exit 0
 fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "slurm: missing ${need[*]}; run this script as root (it apt-get installs slurm-wlm and munge)" >&2
-  exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-policy=/usr/sbin/policy-rc.d
-own_policy=0
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\n# installed by .ci/install.d/slurm.sh while installing packages\nexit 101\n' >"$policy"
-  chmod 755 "$policy"
-  own_policy=1
-fi
-cleanup() { if [ "$own_policy" -eq 1 ]; then rm -f "$policy"; fi; }
-trap cleanup EXIT
-
-apt-get update -q
-apt-get install -y -q --no-install-recommends \
-  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-  slurm-wlm munge </dev/null
+"$(dirname "$0")/../apt-install" slurm slurm-wlm munge
 echo "slurm: installed $(dpkg-query -W -f='${Version}' slurmctld)"
