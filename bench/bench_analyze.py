@@ -1,0 +1,288 @@
+"""How long the analyzers take over a cluster's day, against the bare query over the same rows (issue 19).
+
+    .venv/bin/python bench/bench_analyze.py [--gpus 1024] [--hours 24] [--repeat 3] [--json out.json]
+
+The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers()`), not
+through the simulator and the loader's JSON path, which would take most of the run at this size: per
+node-second 8 GPU rows, 8 NIC port rows and 3 storage rows (NFS reads, PSI, a local disk), as a node
+agent at 1 Hz sends them. The job events (a few hundred jobs) do go through the loader. Jobs: the nodes
+in gangs of 8 run jobs of 1-4 hours back to back with a 5-minute gap; each job-minute is productive,
+or with probability 5 % a data stall (PSI high, SM near zero) or 3 % a comm stall (xmit_wait high),
+drawn per (gang, minute) from a hash so every GPU of a gang stalls together. The store is cached under
+~/.cache/goodput/bench-analyze-<gpus>g-<hours>h and rebuilt only with --rebuild.
+
+Each measurement runs in a fresh process, so its peak RSS is its own: `goodput analyze` over the whole
+day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity over the same raw GPU
+rows. Printed: min / median / max seconds of each, the ratio of medians, peak RSS, rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from contracts import config as config_mod  # noqa: E402
+from contracts.envelope import encode_batch  # noqa: E402
+from contracts.schema import KINDS, topic_for  # noqa: E402
+from goodput.sim.cluster import scaled_config  # noqa: E402
+from pipeline import ddl  # noqa: E402
+from pipeline.chdb_store import ChdbStore  # noqa: E402
+from pipeline.loader import Loader, limits_from_config  # noqa: E402
+from transport.base import InProcessTransport  # noqa: E402
+
+GANG_NODES = 8
+MARKER = "built.json"
+
+
+def _config(gpus: int) -> config_mod.Config:
+    return scaled_config(config_mod.load(), gpus)
+
+
+def _nodes(cfg: config_mod.Config) -> list[str]:
+    return [n for p in cfg.pools for n in p.nodes]
+
+
+def _jobs(nodes: list[str], t0_s: int, hours: float, seed: int = 19) -> list[dict]:
+    """Back-to-back jobs per gang of GANG_NODES nodes: (job_id, nodes, start, end) in epoch seconds."""
+    rng = random.Random(seed)
+    end_s = t0_s + int(hours * 3600)
+    out = []
+    for g in range(0, len(nodes), GANG_NODES):
+        gang = nodes[g : g + GANG_NODES]
+        t = t0_s + rng.randrange(0, 600)
+        while t < end_s - 600:
+            length = rng.randrange(3600, 4 * 3600)
+            out.append(
+                {
+                    "job_id": f"bench-{g // GANG_NODES}-{len(out)}",
+                    "nodes": gang,
+                    "start": t,
+                    "end": min(t + length, end_s),
+                }
+            )
+            t += length + 300
+    return out
+
+
+def _job_events(cfg: config_mod.Config, jobs: list[dict]) -> list[tuple[str, bytes, bytes]]:
+    """The jobs' lifecycle as the scheduler's agent sends it: one batch per job."""
+    fields = [f.name for f in KINDS["job"].fields]
+    sender = cfg.cluster.control_nodes[0]
+    batches = []
+    for seq, j in enumerate(jobs):
+        rows = [dict(ts_ms=j["start"] * 1000 - 60_000, event="submitted", gpus_requested=8 * len(j["nodes"]))]
+        rows += [
+            dict(ts_ms=j["start"] * 1000, event="allocated", node=n, gpu_indices=list(range(8)))
+            for n in j["nodes"]
+        ]
+        rows += [
+            dict(ts_ms=j["start"] * 1000, event="gang_complete"),
+            dict(ts_ms=j["start"] * 1000 + 60_000, event="running"),
+            dict(ts_ms=j["end"] * 1000, event="completed", exit_code=0),
+        ]
+        rows += [
+            dict(ts_ms=j["end"] * 1000, event="released", node=n, gpu_indices=list(range(8)))
+            for n in j["nodes"]
+        ]
+        cols: dict[str, list] = {f: [] for f in fields}
+        for r in rows:
+            r = {"job_id": j["job_id"], "attempt": 1, "account": "llm", "source": "bench", **r}
+            for f in fields:
+                cols[f].append(r.get(f, [] if f == "gpu_indices" else None))
+        value = encode_batch(
+            kind="job",
+            cluster=cfg.cluster.name,
+            node=sender,
+            seq=seq,
+            sent_ms=rows[-1]["ts_ms"],
+            columns=cols,
+            agent="goodput-bench/0",
+        )
+        batches.append((topic_for("job"), sender.encode(), value))
+    return batches
+
+
+def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, seconds: int) -> list[str]:
+    """INSERT ... SELECT statements writing every node-second's GPU, NIC and storage rows."""
+    n = len(nodes)
+    node_list = "[" + ",".join(f"'{x}'" for x in nodes) + "]"
+    # per gang: the job's start/end pairs, so a second outside every job reads idle (SM 0)
+    gang_starts = [[j["start"] for j in jobs if j["nodes"][0] == nodes[g]] for g in range(0, n, GANG_NODES)]
+    gang_ends = [[j["end"] for j in jobs if j["nodes"][0] == nodes[g]] for g in range(0, n, GANG_NODES)]
+    common = f"""
+    WITH {node_list} AS nodes, {gang_starts} AS starts, {gang_ends} AS ends,
+         intDiv(number, {n}) AS s, number % {n} AS ni, {t0_s} + s AS t, intDiv(ni, {GANG_NODES}) + 1 AS gi,
+         arrayFirstIndex(x -> x > t, starts[gi]) AS after, if(after = 0, length(starts[gi]), after - 1) AS k,
+         k > 0 AND t >= starts[gi][k] + 60 AND t < ends[gi][k] AS running,
+         cityHash64(gi, intDiv(t, 60)) % 100 AS draw,
+         multiIf(NOT running, 'idle', draw < 5, 'data', draw < 8, 'comm', 'run') AS state
+    """
+    rows = n * seconds
+    return [
+        f"""INSERT INTO raw_gpu (cluster, node, ts, gpu, uuid, sm_active_pct, util_gpu_pct, throttle_reasons,
+                                seq)
+        {common}
+        SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000), g,
+               concat('GPU-', nodes[ni + 1], '-', toString(g)),
+               toFloat32(multiIf(state = 'run', 85 + (cityHash64(number, g) % 1000) / 100.0,
+                                 state = 'idle', 0, (cityHash64(number, g) % 200) / 100.0)),
+               toFloat32(if(state = 'idle', 0, 90)), 0, s
+        FROM numbers({rows}) ARRAY JOIN range(8) AS g""",
+        f"""INSERT INTO raw_nic (cluster, node, ts, device, port, rate_gbps, tx_bytes_per_s, xmit_wait_per_s,
+                                ecn_marked_per_s, cnp_sent_per_s, cnp_handled_per_s, seq)
+        {common}
+        SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000),
+               concat('mlx5_', toString(p)), 1, 400, toFloat32(if(state = 'run', 2e10, 1e8)),
+               toFloat32(if(state = 'comm', 5e6, 0)), 0, 0, 0, s
+        FROM numbers({rows}) ARRAY JOIN range(8) AS p""",
+        f"""INSERT INTO raw_storage (cluster, node, ts, source, device, read_bytes_per_s, psi_some_pct, seq)
+        {common}
+        SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000), src.1, src.2,
+               toFloat32(if(src.1 = 'nfs', if(state = 'data', 5e8, 1e8), 0)),
+               toFloat32(if(src.1 = 'psi', if(state = 'data', 60, 1), 0)), s
+        FROM numbers({rows})
+        ARRAY JOIN [('nfs', 'nfs0'), ('psi', 'io'), ('diskstats', 'nvme0n1')] AS src""",
+    ]
+
+
+def build(path: Path, gpus: int, hours: float) -> dict:
+    cfg = _config(gpus)
+    nodes = _nodes(cfg)
+    now_h = int(time.time()) // 3600 * 3600
+    t0_s = now_h - int(hours * 3600) - 3600
+    seconds = int(hours * 3600)
+    jobs = _jobs(nodes, t0_s, hours)
+    started = time.perf_counter()
+    store = ChdbStore(path)
+    try:
+        ddl.migrate(store)
+        transport = InProcessTransport()
+        loader = Loader(store, limits_from_config(cfg))
+        for topic, key, value in _job_events(cfg, jobs):
+            transport.send(topic, key, value)
+        while records := transport.poll(5000):
+            loader.load(records)
+            transport.commit(records)
+        for i, sql in enumerate(_samples_sql(cfg.cluster.name, nodes, jobs, t0_s, seconds), 1):
+            print(f"  build: samples {i}/3", file=sys.stderr, flush=True)
+            store.execute(sql)
+        counts = {
+            t: int(store.query_arrow(f"SELECT count() AS n FROM {t}").column("n")[0].as_py())
+            for t in ("raw_gpu", "raw_nic", "raw_storage", "raw_job")
+        }
+    finally:
+        store.close()
+    meta = {
+        "gpus": len(nodes) * 8,
+        "hours": hours,
+        "t0_ms": t0_s * 1000,
+        "end_ms": (t0_s + seconds) * 1000,
+        "jobs": len(jobs),
+        "rows": counts,
+        "build_s": round(time.perf_counter() - started, 1),
+    }
+    (path / MARKER).write_text(json.dumps(meta))
+    return meta
+
+
+MEASURE = """
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+from contracts import config as config_mod
+from goodput.sim.cluster import scaled_config
+from pipeline.analyzers import run as analyzers
+from pipeline.chdb_store import ChdbStore
+meta = json.loads({meta!r})
+store = ChdbStore({path!r})
+t = time.perf_counter()
+if {what!r} == "analyze":
+    analyzers.run(store, scaled_config(config_mod.load(), meta["gpus"]), meta["t0_ms"], meta["end_ms"])
+else:
+    store.query_arrow("SELECT count() AS n FROM (SELECT node, gpu, intDiv(toUnixTimestamp64Milli(ts), 10000) "
+                      "AS w, avg(sm_active_pct) AS b FROM raw_gpu GROUP BY node, gpu, w)")
+took = time.perf_counter() - t
+store.close()
+print(json.dumps({{"s": took, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+
+def measure(path: Path, meta: dict, what: str) -> dict:
+    code = MEASURE.format(root=str(ROOT), meta=json.dumps(meta), path=str(path), what=what)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=1024)
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args()
+    path = Path.home() / ".cache" / "goodput" / f"bench-analyze-{args.gpus}g-{args.hours:g}h"
+    if args.rebuild or not (path / MARKER).exists():
+        if path.exists():
+            subprocess.run(["rm", "-rf", str(path)], check=True)
+        print(f"building {path} ...", file=sys.stderr, flush=True)
+        meta = build(path, args.gpus, args.hours)
+    else:
+        meta = json.loads((path / MARKER).read_text())
+    print(
+        f"data: {meta['gpus']} GPUs x {meta['hours']:g} h, {meta['jobs']} jobs, rows {meta['rows']}, "
+        f"built in {meta['build_s']} s"
+    )
+    result: dict = {"data": meta}
+    for what in ("bare", "analyze"):
+        runs = []
+        for i in range(args.repeat):
+            runs.append(measure(path, meta, what))
+            print(
+                f"  {what} {i + 1}/{args.repeat}: {runs[-1]['s']:.2f} s, "
+                f"peak RSS {runs[-1]['rss_mb']:.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
+        secs = sorted(r["s"] for r in runs)
+        result[what] = {
+            "min_s": secs[0],
+            "median_s": statistics.median(secs),
+            "max_s": secs[-1],
+            "peak_rss_mb": max(r["rss_mb"] for r in runs),
+        }
+        print(
+            f"{what:8s} min {secs[0]:.2f} s  median {statistics.median(secs):.2f} s  max {secs[-1]:.2f} s  "
+            f"peak RSS {result[what]['peak_rss_mb']:.0f} MB"
+        )
+    ratio = result["analyze"]["median_s"] / result["bare"]["median_s"]
+    result["ratio"] = ratio
+    print(
+        f"analyze / bare GROUP BY: {ratio:.1f}x (target 1.0-1.5x); "
+        f"{result['analyze']['median_s'] / (meta['gpus'] * meta['hours'] / 24) * 1000:.1f} ms per GPU-day"
+    )
+    store = ChdbStore(path)
+    try:  # what the last analysis found: the run did the real work, and it reconciles
+        found = store.query_arrow(
+            "SELECT category, round(sum(gpu_seconds) / 3600, 1) AS h FROM goodput_windows GROUP BY category "
+            "ORDER BY h DESC"
+        ).to_pylist()
+    finally:
+        store.close()
+    result["gpu_hours_by_category"] = {r["category"]: r["h"] for r in found}
+    print("GPU-hours found:", ", ".join(f"{r['category']} {r['h']}" for r in found))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
