@@ -110,10 +110,18 @@ def unit_tests(grafana_url: str = GRAFANA_URL, runbook_base: str = RUNBOOK_BASE)
     return {"rule_files": [RULES_FILE], "evaluation_interval": "1m", "tests": tests}
 
 
+OWN_NODE_LABEL = ("loader", "exporter")
+"""Jobs serving series that carry a `node` label of their own: the loader's clock offset per sending node,
+and the goodput series' straggler windows per node (the exporter's, and the loader's with
+--analyze-every). Scraped with `honor_labels`, that label stays the GPU node's; without it Prometheus
+would rename it `exported_node` and put the scraped host in `node`."""
+
+
 def scrape_config() -> dict:
     """Example scrape jobs with the conventions the rules assume: the job names of rules.JOBS and a
-    `node` label (the target's host, without port) on every target; targets from file_sd, where an
-    operator adds maintenance: "true" to a node's labels when draining it."""
+    `node` label (the target's host, without port) on every target, unless the series has its own
+    (OWN_NODE_LABEL); targets from file_sd, where an operator adds maintenance: "true" to a node's
+    labels when draining it."""
     node_label = {
         "source_labels": ["__address__"],
         "regex": "([^:]+)(:[0-9]+)?",
@@ -124,11 +132,12 @@ def scrape_config() -> dict:
         "rule_files": [RULES_FILE],
         "scrape_configs": [
             {
-                "job_name": job,
-                "file_sd_configs": [{"files": [f"targets/{job}.yml"]}],
+                "job_name": JOBS[key],
+                **({"honor_labels": True} if key in OWN_NODE_LABEL else {}),
+                "file_sd_configs": [{"files": [f"targets/{JOBS[key]}.yml"]}],
                 "relabel_configs": [node_label],
             }
-            for job in JOBS.values()
+            for key in JOBS
         ],
     }
 

@@ -47,6 +47,8 @@ your links and receivers):
 - Prometheus `job` names: {jobs}.
 - Every target has a `node` label, its host name without port (the example's `relabel_configs` does it):
   inhibition matches a node's alerts across exporters by it.
+  The loader's and the exporter's jobs have `honor_labels: true`: their per-node series (clock offset,
+  straggler windows) carry the GPU node's `node`, which must not be replaced by the scraped host.
 - A node under maintenance (drained) gets `maintenance: "true"` among its labels in the file_sd target
   file; `GoodputNodeInMaintenance` then silences every alert carrying that `node`.
 - The goodput exporter: `goodput exporter --config FILE` listens on `[exporter].metrics_address`

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from alerts import alertmanager, build
+from alerts.rules import JOBS
 from contracts import config as config_mod
 from pipeline.goodput_exporter import ExporterEndpoint, GoodputExporter
 from tests.alerts.conftest import CHECKPOINTING, STALLED
@@ -74,15 +75,15 @@ def pipeline(alert_store, tmp_path):
     am = AlertmanagerServer(workdir=tmp_path / "am", port=am_port, config=yaml.safe_dump(am_config))
     (tmp_path / "prom").mkdir()
     (tmp_path / "prom" / "rules.yml").write_text(yaml.safe_dump(build.rules(for_override="2s")))
+    (shipped,) = (j for j in build.scrape_config()["scrape_configs"] if j["job_name"] == JOBS["exporter"])
     prom_config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(tmp_path / "prom" / "rules.yml")],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
         "scrape_configs": [
-            {
-                "job_name": "goodput-exporter",
+            {  # the shipped exporter job (honor_labels, the node relabelling), on a static target
+                **{k: v for k, v in shipped.items() if k != "file_sd_configs"},
                 "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
-                "relabel_configs": build.scrape_config()["scrape_configs"][0]["relabel_configs"],
             }
         ],
     }
