@@ -84,6 +84,23 @@ path = "{store}"
     return path
 
 
+def two_loader_configs(tmp_path: Path, bootstrap: str, prefix: str, **loader) -> tuple[list[Path], list[int]]:
+    """Configs for two loaders of one consumer group (their own stores and metrics ports), and the ports."""
+    ports = [free_port(), free_port()]
+    configs = [
+        write_config(
+            tmp_path / f"loader{i}.toml",
+            bootstrap,
+            prefix,
+            tmp_path / f"store{i}",
+            metrics_address=f"127.0.0.1:{ports[i]}",
+            **loader,
+        )
+        for i in range(2)
+    ]
+    return configs, ports
+
+
 def columns(kind: str, rows: int, seq: int, node: str = NODES[0]) -> dict[str, list]:
     """Valid columns of `kind`, `rows` long, with recent timestamps (the validator's window is 30 days).
     Step rows are keyed by (job, rank, step, ts) without the node, so each node gets its own ranks."""

@@ -16,14 +16,13 @@ from tests.loader.helpers import (
     NODES,
     LoaderProcess,
     Producer,
-    free_port,
     good_stream,
     ledger_keys,
     metric_sum,
     new_topics,
     raw_counts,
     scrape,
-    write_config,
+    two_loader_configs,
 )
 
 pytestmark = pytest.mark.kafka
@@ -48,18 +47,7 @@ def _scrape_or_empty(port: int) -> dict:
 
 def test_two_loaders_split_the_partitions_and_store_each_batch_once(kafka_broker, tmp_path, reliability):
     prefix = new_topics(kafka_broker.bootstrap, partitions=PARTITIONS)
-    ports = [free_port(), free_port()]
-    configs = [
-        write_config(
-            tmp_path / f"loader{i}.toml",
-            kafka_broker.bootstrap,
-            prefix,
-            tmp_path / f"store{i}",
-            metrics_address=f"127.0.0.1:{ports[i]}",
-            flush_records=25,
-        )
-        for i in range(2)
-    ]
+    configs, ports = two_loader_configs(tmp_path, kafka_broker.bootstrap, prefix, flush_records=25)
     procs = [LoaderProcess(c) for c in configs]
     try:
 

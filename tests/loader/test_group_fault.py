@@ -19,12 +19,11 @@ from tests.loader.helpers import (
     NODES,
     LoaderProcess,
     Producer,
-    free_port,
     good_stream,
     ledger_keys,
     metric_sum,
     new_topics,
-    write_config,
+    two_loader_configs,
 )
 from tests.loader.test_group import PARTITIONS, _scrape_or_empty, _wait
 
@@ -51,18 +50,7 @@ def _group_caught_up(bootstrap: str, group: str, prefix: str) -> bool:
 
 def test_a_loader_killed_during_a_rebalance_loses_nothing(kafka_broker, tmp_path, reliability):
     prefix = new_topics(kafka_broker.bootstrap, partitions=PARTITIONS)
-    ports = [free_port(), free_port()]
-    configs = [
-        write_config(
-            tmp_path / f"loader{i}.toml",
-            kafka_broker.bootstrap,
-            prefix,
-            tmp_path / f"store{i}",
-            metrics_address=f"127.0.0.1:{ports[i]}",
-            flush_records=20,
-        )
-        for i in range(2)
-    ]
+    configs, ports = two_loader_configs(tmp_path, kafka_broker.bootstrap, prefix, flush_records=20)
     before = good_stream(range(0, 8), nodes=NODES)  # 16 nodes: every partition gets batches
     after = good_stream(range(8, 12), nodes=NODES)  # sent once only the survivor can load them
     sent = before + after

@@ -22,6 +22,7 @@ import polars as pl
 import pytest
 from PIL import Image, ImageChops
 
+from contracts import catalog
 from contracts import config as config_mod
 from goodput.cli import main
 from goodput.demo import run_demo
@@ -449,16 +450,7 @@ def test_summary_aligns_cjk_team_names_and_says_its_units():
         "allocated_gpu_hours": [12.5, 3.0],
         "goodput_pct": [50.0, 90.0],
     }
-    for c in (
-        "productive",
-        "data_stall",
-        "comm_stall",
-        "gang_wait",
-        "retry_waste",
-        "startup",
-        "checkpoint",
-        "idle",
-    ):
+    for c in catalog.CATEGORIES:
         cols[f"{c}_gpu_hours"] = [1.0, 1.0]
     cols["cost"], cols["waste_cost"] = [10.0, 2.0], [5.0, 1.0]
     text = format_team_table(pl.DataFrame(cols), "USD")
