@@ -73,54 +73,41 @@ class SampleExporter:
         )
 
     def _derived(self, gpu_rows: list[Row], nic_rows: list[Row]) -> Iterable[Metric]:
-        """catalog.AGENT_DERIVED_METRICS: the XID counter (kept across ticks), lost GPUs, port state."""
-        name = "goodput_gpu_xid_errors_total"
-        _, help_text, labels = AGENT_DERIVED_METRICS[name]
-        xids = CounterMetricFamily(name.removesuffix("_total"), help_text, labels=list(labels))
+        """catalog.AGENT_DERIVED_METRICS: the XID counter (kept across ticks), lost GPUs, port state, the
+        NIC's link layer, the GPU's active clock events; a family without samples is left out."""
         with self._lock:
             counts = sorted(self._xids.items())
-        for (gpu, uuid, code), n in counts:
-            xids.add_metric([gpu, uuid, self.node, code], n)
-        if xids.samples:
-            yield xids
-        name = "goodput_gpu_lost"
-        _, help_text, labels = AGENT_DERIVED_METRICS[name]
-        lost = GaugeMetricFamily(name, help_text, labels=list(labels))
-        for r in gpu_rows:
-            lost.add_metric(
-                [str(r["gpu"]), str(r.get("uuid") or ""), self.node], 1.0 if r.get("lost") else 0.0
+        gpu = [(r, [str(r["gpu"]), str(r.get("uuid") or ""), self.node]) for r in gpu_rows]
+        nic = [(r, [str(r["device"]), str(r["port"])]) for r in nic_rows]
+        series: dict[str, list[tuple[list[str], float]]] = {
+            "goodput_gpu_xid_errors_total": [
+                ([g, uuid, self.node, code], n) for (g, uuid, code), n in counts
+            ],
+            "goodput_gpu_lost": [(ids, 1.0 if r.get("lost") else 0.0) for r, ids in gpu],
+            "goodput_nic_port_active": [
+                (ids, 1.0 if r["state"] == "ACTIVE" else 0.0) for r, ids in nic if r.get("state")
+            ],
+            "goodput_nic_info": [
+                (ids + [str(r["link_layer"])], 1.0) for r, ids in nic if r.get("link_layer")
+            ],
+            "goodput_gpu_clock_event_active": [
+                (ids + [reason], 1.0 if r["throttle_reasons"] & bit else 0.0)
+                for r, ids in gpu
+                if r.get("throttle_reasons") is not None
+                for bit, reason in CLOCK_EVENT_REASONS.items()
+            ],
+        }
+        for name, samples in series.items():
+            kind, help_text, labels = AGENT_DERIVED_METRICS[name]
+            family = (
+                CounterMetricFamily(name.removesuffix("_total"), help_text, labels=list(labels))
+                if kind == "counter"
+                else GaugeMetricFamily(name, help_text, labels=list(labels))
             )
-        if lost.samples:
-            yield lost
-        name = "goodput_nic_port_active"
-        _, help_text, labels = AGENT_DERIVED_METRICS[name]
-        ports = GaugeMetricFamily(name, help_text, labels=list(labels))
-        for r in nic_rows:
-            if r.get("state"):
-                ports.add_metric([str(r["device"]), str(r["port"])], 1.0 if r["state"] == "ACTIVE" else 0.0)
-        if ports.samples:
-            yield ports
-        name = "goodput_nic_info"
-        _, help_text, labels = AGENT_DERIVED_METRICS[name]
-        info = GaugeMetricFamily(name, help_text, labels=list(labels))
-        for r in nic_rows:
-            if r.get("link_layer"):
-                info.add_metric([str(r["device"]), str(r["port"]), str(r["link_layer"])], 1.0)
-        if info.samples:
-            yield info
-        name = "goodput_gpu_clock_event_active"
-        _, help_text, labels = AGENT_DERIVED_METRICS[name]
-        clocks = GaugeMetricFamily(name, help_text, labels=list(labels))
-        for r in gpu_rows:
-            mask = r.get("throttle_reasons")
-            if mask is None:
-                continue
-            for bit, reason in CLOCK_EVENT_REASONS.items():
-                clocks.add_metric(
-                    [str(r["gpu"]), str(r.get("uuid") or ""), self.node, reason], 1.0 if mask & bit else 0.0
-                )
-        if clocks.samples:
-            yield clocks
+            for values, value in samples:
+                family.add_metric(values, value)
+            if family.samples:
+                yield family
 
     def _families(self, kind_name: str, rows: list[Row]) -> list[Metric]:
         """The kind's series for the latest rows (none without rows); called under the lock."""
