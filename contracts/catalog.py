@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from contracts.schema import KINDS
 
-SCHEMA_VERSION_DDL = 1
+SCHEMA_VERSION_DDL = 2
 """Version of the ClickHouse schema (docs/clickhouse.md); recorded in `schema_migrations`."""
 
 RAW_TABLES: dict[str, str] = {kind: f"raw_{kind}" for kind in KINDS}
 DEAD_LETTERS = "dead_letters"
 INGESTED_BATCHES = "ingested_batches"
 SCHEMA_MIGRATIONS = "schema_migrations"
+
+ROLLUP_WINDOW_S = 10
+"""Seconds per row of the insert-time rollups of the per-second kinds: the analyzers read them instead of
+the raw rows where their window is a multiple of this (pipeline/ddl.py, docs/performance.md)."""
+ROLLUP_TABLES: dict[str, str] = {
+    kind: f"{kind}_rollup_{ROLLUP_WINDOW_S}s" for kind in ("gpu", "nic", "storage")
+}
 
 DIM_NODES = "dim_nodes"
 DIM_ACCOUNTS = "dim_accounts"

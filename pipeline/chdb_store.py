@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, TypeVar
 
-from pipeline.store import Params, StoreError, StoreLocked, first_line
+from pipeline.store import DEDUP_VIEWS, Params, StoreError, StoreLocked, first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -130,7 +130,7 @@ class ChdbStore:
             return
         settings = ""
         if dedup_token:
-            settings = f" SETTINGS insert_deduplication_token='{dedup_token}'"
+            settings = f" SETTINGS insert_deduplication_token='{dedup_token}', {DEDUP_VIEWS}=1"
         cols = ", ".join(f"`{c}`" for c in data.column_names)
         # chDB's Python() table function finds `data` in this frame by name.
         self._run(f"INSERT INTO {table} ({cols}){settings} SELECT {cols} FROM Python(data)", "CSV")

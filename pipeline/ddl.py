@@ -120,6 +120,133 @@ def raw_table_ddl(kind: Kind) -> str:
     )
 
 
+R_MS = catalog.ROLLUP_WINDOW_S * 1000
+_T = "(toUnixTimestamp64Milli(ts) - 1)"
+"""A sample with ts T describes the second (T - 1 s, T]: filed at T - 1 ms, as the analyzers do."""
+_ROLLUP_KEY = {"gpu": "gpu", "nic": "device, port", "storage": "source, device"}
+CNP = "greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))"
+LINE = "tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)"
+"""A port's congestion notifications (sent or handled, whichever is larger) and its transmit rate as a
+fraction of its line rate, per sample (goodput.sql 9)."""
+
+
+def _milli(expr: str, scale: str = "1000") -> str:
+    """A rate summed as an integer (its value x scale, rounded): sums in any order are the same, so the
+    rollup, however its parts merged, and the raw rows give the analyzers the same numbers."""
+    return f"toInt64(round(assumeNotNull({expr}) * {scale}))"
+
+
+ROLLUP_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
+    "gpu": [
+        ("job_id", "LowCardinality(String)", "ifNull(job_id, '')"),
+        ("n", "SimpleAggregateFunction(sum, UInt64)", "countIf(bm IS NOT NULL)"),
+        ("bsum", "SimpleAggregateFunction(sum, Int64)", "sumIf(assumeNotNull(bm), bm IS NOT NULL)"),
+        (
+            "thr",
+            "SimpleAggregateFunction(groupBitOr, Int64)",
+            "groupBitOrIf(ifNull(throttle_reasons, 0), bm IS NOT NULL)",
+        ),
+        (
+            "samples",
+            "SimpleAggregateFunction(groupArrayArray, Array(Tuple(UInt32, Int64, Int64)))",
+            "groupArrayIf((toUInt32({t} % {w}), assumeNotNull(bm), ifNull(throttle_reasons, 0)), "
+            "bm IS NOT NULL)",
+        ),
+        ("first_ms", "SimpleAggregateFunction(min, Int64)", "min(toUnixTimestamp64Milli(ts))"),
+        ("last_ms", "SimpleAggregateFunction(max, Int64)", "max(toUnixTimestamp64Milli(ts))"),
+    ],
+    "nic": [
+        (
+            "xmit_wait_milli",
+            "SimpleAggregateFunction(sum, Int64)",
+            f"sumIf({_milli('xmit_wait_per_s')}, xmit_wait_per_s IS NOT NULL)",
+        ),
+        ("xmit_wait_n", "SimpleAggregateFunction(sum, UInt64)", "countIf(xmit_wait_per_s IS NOT NULL)"),
+        (
+            "ecn_milli",
+            "SimpleAggregateFunction(sum, Int64)",
+            f"sumIf({_milli('ecn_marked_per_s')}, ecn_marked_per_s IS NOT NULL)",
+        ),
+        ("ecn_n", "SimpleAggregateFunction(sum, UInt64)", "countIf(ecn_marked_per_s IS NOT NULL)"),
+        ("cnp_milli", "SimpleAggregateFunction(sum, Int64)", f"sum({_milli(CNP)})"),
+        (
+            "line_micro",
+            "SimpleAggregateFunction(sum, Int64)",
+            f"sumIf({_milli(LINE, '1e6')}, {LINE} IS NOT NULL)",
+        ),
+        ("line_n", "SimpleAggregateFunction(sum, UInt64)", f"countIf({LINE} IS NOT NULL)"),
+    ],
+    "storage": [
+        (
+            "read_sum",
+            "SimpleAggregateFunction(sum, Int64)",
+            f"sumIf({_milli('read_bytes_per_s', '1')}, read_bytes_per_s IS NOT NULL)",
+        ),
+        ("psi_max", "SimpleAggregateFunction(max, Nullable(Float32))", "max(psi_some_pct)"),
+        (
+            "times",
+            "SimpleAggregateFunction(groupUniqArrayArray, Array(Int64))",
+            "groupUniqArray(toUnixTimestamp64Milli(ts))",
+        ),
+    ],
+}
+"""Per kind: (column, type, expression over the raw rows) of the rollup beyond its key and the duplicate
+check. What each analyzer step reads (pipeline/analyzers/goodput.sql 7 and 9), summed per window at
+insert time; `samples` keeps each GPU sample's (ms into the window, milli-% busy, throttle reasons), for the
+windows a phase boundary cuts and the exact quantiles of the busy levels."""
+
+
+def rollup_table_ddl(kind: str) -> str:
+    cols = [
+        "cluster LowCardinality(String)",
+        "node LowCardinality(String)",
+        *(f"{c} {column_type(KINDS[kind].field(c))}" for c in _ROLLUP_KEY[kind].split(", ")),
+        "window_start DateTime('UTC') CODEC(DoubleDelta, ZSTD(1))",
+        *(f"{c} {t}" for c, t, _ in ROLLUP_COLUMNS[kind] if c == "job_id"),
+        "rows SimpleAggregateFunction(sum, UInt64)",
+        "seconds SimpleAggregateFunction(groupBitOr, UInt64)",
+        *(f"{c} {t}" for c, t, _ in ROLLUP_COLUMNS[kind] if c != "job_id"),
+    ]
+    # in the order rollup_select gives them, as `backfill_rollup` inserts by position
+    key = f"cluster, node, {_ROLLUP_KEY[kind]}, window_start" + (", job_id" if kind == "gpu" else "")
+    body = ",\n    ".join(cols)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {catalog.ROLLUP_TABLES[kind]} (\n    {body}\n)\n"
+        f"ENGINE = AggregatingMergeTree\nPARTITION BY toDate(window_start)\nORDER BY ({key})\n"
+        f"TTL window_start + INTERVAL {RAW_TTL_DAYS} DAY\n"
+        f"SETTINGS non_replicated_deduplication_window = 10000"
+    )
+
+
+def rollup_select(kind: str, source: str, window_ms: int = R_MS) -> str:
+    """The rollup rows of the raw rows of `source`, per window of `window_ms`: what the materialized view
+    inserts per block, what `migrate` backfills from raw rows stored before the view existed, and what
+    the analyzers compute from the raw rows of the nodes they cannot read from the rollup."""
+    group = ["cluster", "node", _ROLLUP_KEY[kind], "window_start"] + (["job_id"] if kind == "gpu" else [])
+    exprs = [f"{e.format(t=_T, w=window_ms)} AS {c}" for c, _, e in ROLLUP_COLUMNS[kind] if c != "job_id"]
+    job = ["ifNull(job_id, '') AS job_id"] if kind == "gpu" else []
+    window = f"toDateTime(intDiv({_T}, {window_ms}) * {window_ms // 1000}, 'UTC') AS window_start"
+    seconds = f"groupBitOr(bitShiftLeft(toUInt64(1), toUInt8(intDiv({_T} % {window_ms}, 1000)))) AS seconds"
+    select = ", ".join(job + ["count() AS rows", seconds] + exprs)
+    with_bm = (
+        "WITH toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm\n" if kind == "gpu" else ""
+    )
+    return (
+        f"{with_bm}SELECT cluster, node, {_ROLLUP_KEY[kind]}, {window}, {select}\n"
+        f"FROM {source}\nGROUP BY {', '.join(group)}"
+    )
+
+
+def rollup_view_ddl(kind: str, suffix: str = "", on: str = "") -> str:
+    """The materialized view feeding `kind`'s rollup from its raw table at insert time (on a cluster, the
+    local tables of each shard: a node's raw rows and rollup rows live on one shard)."""
+    rollup = catalog.ROLLUP_TABLES[kind]
+    return (
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {rollup}_mv{suffix}{on} TO {rollup}{suffix} AS\n"
+        + rollup_select(kind, catalog.RAW_TABLES[kind] + suffix)
+    )
+
+
 def _category_columns(prefix: str) -> str:
     return ",\n    ".join(f"{prefix}{c} Float64" for c in catalog.CATEGORIES)
 
@@ -362,7 +489,11 @@ CREATE TABLE IF NOT EXISTS job_placement (
 
 
 def all_ddl() -> list[str]:
-    return [raw_table_ddl(k) for k in KINDS.values()] + [s.strip() for s in FIXED_TABLES.values()]
+    return (
+        [raw_table_ddl(k) for k in KINDS.values()]
+        + [rollup_table_ddl(k) for k in catalog.ROLLUP_TABLES]
+        + [s.strip() for s in FIXED_TABLES.values()]
+    )
 
 
 MIN_SERVER_VERSION = (23, 8)
@@ -383,6 +514,7 @@ SHARD_KEYS: dict[str, str] = {
         catalog.RAW_TABLES[k.name]: f"cityHash64({'job_id' if k.key[0] == 'job_id' else k.sender_column})"
         for k in KINDS.values()
     },
+    **{catalog.ROLLUP_TABLES[k]: "cityHash64(node)" for k in catalog.ROLLUP_TABLES},
     catalog.SCHEMA_MIGRATIONS: "version",
     catalog.DEAD_LETTERS: "cityHash64(source, partition, offset)",
     catalog.INGESTED_BATCHES: "cityHash64(node)",
@@ -408,9 +540,10 @@ SHARD_KEYS: dict[str, str] = {
 """How Distributed tables spread rows over shards. Deterministic, never rand(): a retried insert splits
 the same way, so each shard sees the same block again and drops it by its deduplication token. Raw
 tables are sharded by a leading ORDER BY column (node, or job_id for job and step events), so the
-duplicates ReplacingMergeTree collapses always meet on one shard."""
+duplicates ReplacingMergeTree collapses always meet on one shard; rollups by node, as their raw tables,
+so each shard's materialized view fills its own shard's rollup."""
 
-_ENGINE = re.compile(r"ENGINE = (ReplacingMergeTree|MergeTree)\b")
+_ENGINE = re.compile(r"ENGINE = (ReplacingMergeTree|AggregatingMergeTree|MergeTree)\b")
 
 
 def table_name(statement: str) -> str:
@@ -480,32 +613,64 @@ def added_columns(cluster: str | None = None, on_cluster: bool = True) -> list[s
     return out
 
 
+def backfill_rollup(store: Store, kind: str) -> None:
+    """Rolls up the raw rows stored before `kind`'s materialized view existed. Run after the view is
+    created: a batch inserted in between is rolled up twice, which the rollup's duplicate check
+    (rows > seconds) shows, and the analyzers read that node's raw rows instead; the other order would
+    lose the batch silently."""
+    store.execute(
+        f"INSERT INTO {catalog.ROLLUP_TABLES[kind]} {rollup_select(kind, catalog.RAW_TABLES[kind])}"
+    )
+
+
+MIGRATIONS = {
+    1: "initial schema: raw tables, dead letters, outputs",
+    2: "insert-time rollups of the gpu, nic and storage rows, per 10 s (materialized views)",
+}
+"""Schema versions and what each added, as recorded in schema_migrations (docs/clickhouse.md)."""
+
+
+def rollup_views(cluster: str | None = None) -> list[str]:
+    """The rollups' materialized views: on one server over the catalog tables; on a cluster over each
+    shard's local tables, created ON CLUSTER."""
+    if cluster is None:
+        return [rollup_view_ddl(kind) for kind in catalog.ROLLUP_TABLES]
+    return [rollup_view_ddl(kind, LOCAL_SUFFIX, f" ON CLUSTER {cluster}") for kind in catalog.ROLLUP_TABLES]
+
+
 def migrate(store: Store) -> int:
     """Creates every table that is missing and records the schema version. Safe to run repeatedly.
 
     A server store (pipeline.server_store.ServerStore) first proves the server is new enough
     (`require_version`) and, when configured with a cluster, gets the replicated and Distributed layout
-    of `cluster_ddl`; the embedded chDB store has neither attribute and gets `all_ddl()`."""
+    of `cluster_ddl`; the embedded chDB store has neither attribute and gets `all_ddl()`. A store from
+    before version 2 gets its rollups filled from the raw rows it holds (`backfill_rollup`); version 2 is
+    recorded only once that is done, so a migration cut short starts the rollups over."""
     require_version = getattr(store, "require_version", None)
     if require_version is not None:
         require_version(MIN_SERVER_VERSION, FULL_SCHEMA_NEEDS)
     cluster = getattr(store, "cluster", None)
     statements = all_ddl() if cluster is None else cluster_ddl(cluster, getattr(store, "database", "default"))
-    for statement in statements:
+    for statement in statements + added_columns(cluster):
         store.execute(statement)
-    for statement in added_columns(cluster):
-        store.execute(statement)
-    done = (
-        store.query_arrow(
-            f"SELECT count() AS n FROM {catalog.SCHEMA_MIGRATIONS} "
-            f"WHERE version = {catalog.SCHEMA_VERSION_DDL}"
-        )
-        .column("n")[0]
-        .as_py()
+    applied = set(
+        store.query_arrow(f"SELECT DISTINCT version FROM {catalog.SCHEMA_MIGRATIONS}")
+        .column("version")
+        .to_pylist()
     )
-    if not done:
-        store.execute(
-            f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description) VALUES "
-            f"({catalog.SCHEMA_VERSION_DDL}, 'initial schema: raw tables, dead letters, outputs')"
-        )
+    rolled_up = 2 in applied
+    if not rolled_up:
+        for rollup in catalog.ROLLUP_TABLES.values():
+            store.execute(f"TRUNCATE TABLE {delete_target(store, rollup) or rollup}")
+    for statement in rollup_views(cluster):
+        store.execute(statement)
+    if not rolled_up:
+        for kind in catalog.ROLLUP_TABLES:
+            backfill_rollup(store, kind)
+    for version, description in MIGRATIONS.items():
+        if version not in applied:
+            store.execute(
+                f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description) "
+                f"VALUES ({version}, '{description}')"
+            )
     return catalog.SCHEMA_VERSION_DDL

@@ -272,6 +272,24 @@ Requires ClickHouse >= 23.8 (DateTime64, TTL, codecs, window functions); chDB 3+
 3. Raw tables are ReplacingMergeTree on (cluster, node, device key, ts): any duplicate that still slipped
    through (two loaders racing on one batch) collapses at merge; `FINAL` shows the merged view at once.
 
+## Rollups (version 2)
+`gpu_rollup_10s`, `nic_rollup_10s` and `storage_rollup_10s` hold what the analyzers read of the per-second
+kinds, summed per 10 s window at insert time by a materialized view on each raw table (`<rollup>_mv`;
+on a cluster, one per shard over its local tables). A sample with ts T describes the second (T - 1 s, T] and
+is filed at T - 1 ms. Rates are summed as integers (milli-units), so any merge order gives the same sums.
+The GPU rollup keeps each sample (ms into the window, milli-% busy, throttle reasons) for the windows a job's
+phase boundary cuts. The raw rows stay, for drill-down and for the nodes the rollups cannot serve.
+
+How the three duplicate guards carry over: (1) a batch the loader refuses never reaches the view; (2) every
+insert sets `deduplicate_blocks_in_dependent_materialized_views`, and the rollups have their own
+`non_replicated_deduplication_window`, so a replayed insert is dropped in the rollup as in the raw table;
+(3) what slips through is counted twice in a rollup, where it shows: `rows` above the number of distinct
+seconds in `seconds` (one bit per second of the window). For a node with such a window in its span, and
+for a node whose clock offset is corrected, the analyzers read the raw rows (`FINAL`) instead, with the
+same sums (`pipeline.ddl.rollup_select`); also every node where the analyzer window is no multiple of 10 s.
+`migrate` fills the rollups of a store from before version 2 from its raw rows, and records version 2
+only when that is done.
+
 ## Tables
 """
     ]

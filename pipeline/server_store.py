@@ -33,7 +33,7 @@ import pyarrow as pa
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from contracts.config import ConfigError, StoreServerConfig
-from pipeline.store import Params, StoreError, first_line
+from pipeline.store import DEDUP_VIEWS, Params, StoreError, first_line
 
 log = logging.getLogger("goodput.store.server")
 
@@ -228,6 +228,7 @@ class ServerStore:
         if dedup_token:
             if self.supports_dedup_token:
                 settings["insert_deduplication_token"] = dedup_token
+                settings[DEDUP_VIEWS] = True
             elif not self._token_warned:
                 self._token_warned = True
                 log.warning(

@@ -30,6 +30,11 @@ formatting it into the text: the server parses the statement first and reads the
 quote in it cannot end a literal (docs/security.md)."""
 
 
+DEDUP_VIEWS = "deduplicate_blocks_in_dependent_materialized_views"
+"""Set with every deduplication token: a replayed insert that the raw table drops is dropped by its rollup
+too (pipeline/ddl.py), instead of reaching the rollup through the materialized view a second time."""
+
+
 class Store(Protocol):
     def execute(self, sql: str, params: Params | None = None) -> None: ...
 

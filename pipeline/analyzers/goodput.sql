@@ -188,6 +188,32 @@ SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
                 if(any(old.o_n) > 0, any(old.o_hi), toInt64({end}))) AS day_hi
 FROM tmp_alloc CROSS JOIN old
 ;;
+-- 3e. Nodes whose raw rows are read (FINAL, filed at ts - offset) instead of the insert-time rollups
+--     (pipeline/ddl.py): the nodes with a clock offset (3a), since the rollups file samples by the node's
+--     own clock, and the nodes with a duplicate in a rollup over the span: a window holding more rows than
+--     seconds (rows > bitCount(seconds)) counts a batch stored twice (two loaders racing), which FINAL
+--     collapses in the raw rows. With {rollups} = 0 (a window that is no multiple of the rollups' 10 s, or
+--     a run told to) every node is read from its raw rows.
+CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
+WITH
+from_w AS (SELECT toDateTime(intDiv(lo - skew, {W}) * {W} / 1000, 'UTC') AS t FROM tmp_span),
+to_w AS (SELECT toDateTime((intDiv(hi + skew - 1, {W}) + 1) * {W} / 1000, 'UTC') AS t FROM tmp_span)
+SELECT node FROM tmp_clock
+UNION DISTINCT
+SELECT DISTINCT node FROM (
+    SELECT node, sum(rows) AS r, groupBitOr(seconds) AS s FROM {rollup_gpu}
+    WHERE cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    GROUP BY node, gpu, window_start
+    UNION ALL
+    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_nic}
+    WHERE cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    GROUP BY node, device, port, window_start
+    UNION ALL
+    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_storage}
+    WHERE cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    GROUP BY node, source, device, window_start
+) WHERE r > bitCount(s)
+;;
 -- 3c. The real start of attempts whose `running` is coarse: a scheduler (Slurm, Kubernetes) that reports it
 --     when the containers start, in the same millisecond as gang_complete or from a source in {coarse_running_sources}
 --     source. Then the first training step (step events: its end minus its duration) marks the start;
@@ -343,21 +369,53 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 ;;
 -- 7. GPU busy level per (job, GPU, window), from the samples inside running pieces only, so that a
 --    window half in startup does not dilute the running half. A sample with ts T describes the second
---    (T-1s, T]: it is filed at t = T - 1 ms, in the window and piece holding that instant.
+--    (T-1s, T]: it is filed at t = T - 1 ms, in the window and piece holding that instant. Read from the
+--    GPU rollup (10 s rows summed at insert time; 3e says for which nodes) or from the same sums over the
+--    raw rows: a window wholly inside a running piece takes its rows' sums; a window a piece boundary cuts
+--    (a start, an end, a checkpoint) sums the samples it keeps on the piece's side. Busy levels are summed
+--    as integers (milli-percent); `keys` are the samples' levels at 0.01 %, for the exact quantiles (8, 11).
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
---    Busy levels are summed as integers (milli-percent) and histogrammed at 0.01 % for the exact quantiles.
-SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, intDiv(g.t, {W}) AS wi,
-       sum(g.bm) AS bsum, count() AS n, bsum / n / 1000 AS b, groupBitOr(g.thr) AS thr,
-       sumMap([toInt32(round(g.bm / 10))], [toUInt64(1)]) AS hist
-FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1 AS t,
-             toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm, ifNull(throttle_reasons, 0) AS thr
-      FROM raw_gpu FINAL
-      WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
-        AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))) AS g
-ASOF INNER JOIN (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run') AS p
-    ON g.node = p.node AND g.gpu = p.gpu AND g.t >= p.o0
-WHERE g.t < p.o1 AND g.bm IS NOT NULL
+WITH
+rolled AS (
+    SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, n, bsum, thr,
+           samples
+    FROM {rollup_gpu}
+    WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes)
+      AND window_start >= toDateTime(intDiv((SELECT lo FROM tmp_span), {W}) * {W} / 1000, 'UTC')
+      AND window_start < toDateTime((intDiv((SELECT hi FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')
+    UNION ALL
+    SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, n, bsum, thr,
+           samples
+    FROM ({raw_gpu_windows})
+),
+runs AS (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run'),
+edges AS (
+    SELECT job_id, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi
+    FROM runs
+    ARRAY JOIN arrayDistinct(arrayConcat(if(o0 % {W} != 0, [intDiv(o0, {W})], []),
+                                         if(o1 % {W} != 0, [intDiv(o1, {W})], []))) AS wi
+),
+whole AS (
+    SELECT p.job_id AS job_id, r.node AS node, r.gpu AS gpu, r.wi AS wi, r.n AS n, r.bsum AS bsum, r.thr AS thr,
+           arrayMap(x -> toInt32(round(x.2 / 10)), r.samples) AS keys
+    FROM rolled AS r ASOF INNER JOIN runs AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.o0
+    WHERE (r.wi + 1) * {W} <= p.o1
+),
+cut AS (
+    SELECT e.job_id AS job_id, r.node AS node, r.gpu AS gpu, r.wi AS wi,
+           arrayFilter(x -> r.ws + x.1 >= e.lo AND r.ws + x.1 < e.hi, r.samples) AS kept,
+           toUInt64(length(kept)) AS n, arraySum(x -> x.2, kept) AS bsum,
+           arrayFold((acc, x) -> bitOr(acc, x.3), kept, toInt64(0)) AS thr,
+           arrayMap(x -> toInt32(round(x.2 / 10)), kept) AS keys
+    FROM rolled AS r INNER JOIN edges AS e ON r.node = e.node AND r.gpu = e.gpu AND r.wi = e.wi
+)
+SELECT job_id, node, gpu, wi, sum(n) AS n, sum(bsum) AS bsum, bsum / n / 1000 AS b, groupBitOr(thr) AS thr,
+       groupArrayArray(keys) AS keys
+FROM (SELECT job_id, node, gpu, wi, n, bsum, thr, keys FROM whole
+      UNION ALL
+      SELECT job_id, node, gpu, wi, n, bsum, thr, keys FROM cut)
 GROUP BY job_id, node, gpu, wi
+HAVING n > 0
 ;;
 -- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
 --    job stalled most of the time still has productive seconds that show its level), exact on the 0.01 %
@@ -371,11 +429,14 @@ CREATE OR REPLACE TABLE tmp_healthy_hist ENGINE = Memory AS
 SELECT job_id, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m,
        sum_b / n_all / 1000 AS b_mean
 FROM (
-    SELECT job_id, sumMap(hist.1, hist.2) AS h, h.1 AS ks, h.2 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
+    SELECT h.job_id AS job_id, h.ks AS ks, h.c0 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
            ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
-           arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0,
-           sum(bsum) AS sum_b, sum(tmp_run_gpu.n) AS n_all
-    FROM tmp_run_gpu GROUP BY job_id
+           arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0, t.sum_b AS sum_b, t.n_all AS n_all
+    FROM (SELECT job_id, arraySort(groupArray((key, c))) AS h, arrayMap(x -> x.1, h) AS ks, arrayMap(x -> x.2, h) AS c0
+          FROM (SELECT job_id, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key GROUP BY job_id, key)
+          GROUP BY job_id) AS h
+    INNER JOIN (SELECT job_id, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY job_id) AS t
+        ON h.job_id = t.job_id
 )
 ;;
 CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
@@ -402,17 +463,25 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 --    rate per node: a job starved by another reads less than the hog, but not nothing), so a pool at its
 --    ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any port of the node
 --    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
---    evidence (at or above threshold, or risen with the stall: 11a).
+--    evidence (at or above threshold, or risen with the stall: 11a). Read from the NIC and storage rollups
+--    or the same sums over the raw rows (3e); rates are averaged from integer sums (milli-units).
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
 storage AS (
-    SELECT node, intDiv(toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1, {W}) AS wi,
-           sumIf(read_bytes_per_s, source IN ('nfs', 'lustre'))
-               / greatest(1, uniqExactIf(ts, source IN ('nfs', 'lustre'))) AS read_rate,
-           maxIf(psi_some_pct, source = 'psi') AS psi
-    FROM raw_storage FINAL
-    WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
-      AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))
+    SELECT node, wi,
+           sumIf(read_sum, source IN ('nfs', 'lustre'))
+               / greatest(1, length(groupUniqArrayArrayIf(times, source IN ('nfs', 'lustre')))) AS read_rate,
+           maxIf(psi_max, source = 'psi') AS psi
+    FROM (
+        SELECT node, source, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, read_sum, psi_max, times
+        FROM {rollup_storage}
+        WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes)
+          AND window_start >= toDateTime(intDiv((SELECT lo - skew FROM tmp_span), {W}) * {W} / 1000, 'UTC')
+          AND window_start < toDateTime((intDiv((SELECT hi + skew FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')
+        UNION ALL
+        SELECT node, source, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}), read_sum, psi_max, times
+        FROM ({raw_storage_windows})
+    )
     GROUP BY node, wi
 ),
 pool_storage AS (
@@ -424,12 +493,23 @@ pool_storage AS (
 ),
 net AS (
     SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
-        SELECT node, device, port, intDiv(toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1, {W}) AS wi,
-               avg(xmit_wait_per_s) AS xw, avg(ecn_marked_per_s) AS ecn, avg(greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))) AS cnp,
-               avg(tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)) AS frac
-        FROM raw_nic FINAL
-        WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
-          AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))
+        SELECT node, device, port, wi,
+               if(sum(xmit_wait_n) > 0, sum(xmit_wait_milli) / sum(xmit_wait_n) / 1000, NULL) AS xw,
+               if(sum(ecn_n) > 0, sum(ecn_milli) / sum(ecn_n) / 1000, NULL) AS ecn,
+               sum(cnp_milli) / sum(rows) / 1000 AS cnp,
+               if(sum(line_n) > 0, sum(line_micro) / sum(line_n) / 1e6, NULL) AS frac
+        FROM (
+            SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, rows,
+                   xmit_wait_milli, xmit_wait_n, ecn_milli, ecn_n, cnp_milli, line_micro, line_n
+            FROM {rollup_nic}
+            WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes)
+              AND window_start >= toDateTime(intDiv((SELECT lo - skew FROM tmp_span), {W}) * {W} / 1000, 'UTC')
+              AND window_start < toDateTime((intDiv((SELECT hi + skew FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')
+            UNION ALL
+            SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}), rows,
+                   xmit_wait_milli, xmit_wait_n, ecn_milli, ecn_n, cnp_milli, line_micro, line_n
+            FROM ({raw_nic_windows})
+        )
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )
@@ -595,14 +675,13 @@ INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_ste
 --    where the job's noise is larger (one noisy second cannot tell less than that from nothing). The
 --    other ("live") seconds lose 1 - b_live/b*, taken as 0 below the tolerance: {healthy_tolerance}, or
 --    {noise_z} x the noise of the window's live mean (sigma / sqrt(live seconds)) over b* where that is
---    larger, so noise alone never makes a loss. The dead seconds are read off the window's histogram.
+--    larger, so noise alone never makes a loss. The dead seconds are read off the window's levels (keys).
 CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS
 SELECT job_id, node, gpu, wi, n,
        greatest(ifNull(b_star, 0), 1e-6) AS bs,
        greatest({stalled_second_fraction} * bs, {noise_z} * sigma) * 100 AS dead_key,
-       arrayMap(k -> toInt64(ifNull(k, 0)), hist.1) AS keys,  -- histogram keys: never null (bm IS NOT NULL)
-       arraySum(arrayMap((k, c) -> if(k < dead_key, c, toUInt64(0)), keys, hist.2)) AS n_dead,
-       arraySum(arrayMap((k, c) -> if(k < dead_key, k * toInt64(c), toInt64(0)), keys, hist.2)) / 100 AS b_dead_sum,
+       toUInt64(arrayCount(k -> k < dead_key, keys)) AS n_dead,
+       arraySum(k -> if(k < dead_key, toInt64(k), toInt64(0)), keys) / 100 AS b_dead_sum,
        if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
        greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(greatest(1, n - n_dead)) / bs) AS tolerance,
        if(1 - b_live / bs < tolerance, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,

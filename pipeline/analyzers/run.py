@@ -36,6 +36,7 @@ TEMP_TABLES = (
     "tmp_alloc",
     "tmp_clock",
     "tmp_span",
+    "tmp_raw_nodes",
     "tmp_start",
     "tmp_lifecycle",
     "tmp_segments",
@@ -213,6 +214,32 @@ NODE_OFFSET_MS = (
 sample read in classification is filed at ts - this. A placeholder, so the SQL spells it once."""
 
 
+RAW_WINDOWS = (
+    "SELECT * REPLACE (fromUnixTimestamp64Milli(toUnixTimestamp64Milli(ts) - {offset}, 'UTC') AS ts) FROM ("
+    "SELECT * FROM {raw} FINAL WHERE cluster = '{cluster}' "
+    "AND (NOT {rollups} OR node IN (SELECT node FROM tmp_raw_nodes)) "
+    "AND ts > fromUnixTimestamp64Milli((SELECT intDiv(lo - skew, {W}) * {W} - skew FROM tmp_span)) "
+    "AND ts <= fromUnixTimestamp64Milli("
+    "(SELECT (intDiv(hi + skew - 1, {W}) + 1) * {W} + skew FROM tmp_span)))"
+)
+"""The raw rows goodput.sql reads where it cannot read a rollup (step 3e): of its nodes, deduplicated
+(FINAL), each filed at ts - its node's clock offset, over whole windows of the run's span."""
+
+
+def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
+    """{rollup_<kind>} (the rollup table) and {raw_<kind>_windows}: the rollup's sums over the raw rows
+    of step 3e's nodes (ddl.rollup_select, per window of W), so both sources give one shape of row."""
+    source = RAW_WINDOWS.format(
+        offset=NODE_OFFSET_MS,
+        raw=catalog.RAW_TABLES[kind],
+        **{k: params[k] for k in ("cluster", "rollups", "W")},
+    )
+    return {
+        f"rollup_{kind}": catalog.ROLLUP_TABLES[kind],
+        f"raw_{kind}_windows": temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id),
+    }
+
+
 def temp_names(sql: str, run_id: str) -> str:
     """`sql` with every temp table renamed to its run's own (tmp_events -> tmp_events_<run_id>): two runs
     on one server never read or drop each other's."""
@@ -293,10 +320,19 @@ def _execute(store: Store, sqls: list[str], name: str, progress: Progress | None
 
 
 def run(
-    store: Store, cfg: Config, start_ms: int, end_ms: int, progress: Progress | None = None
+    store: Store,
+    cfg: Config,
+    start_ms: int,
+    end_ms: int,
+    progress: Progress | None = None,
+    *,
+    rollups: bool = True,
 ) -> dict[str, float]:
     """Classifies [start_ms, end_ms) and returns seconds per SQL file, for the log; `progress` gets a
-    step per statement (the commands pass one; the loader service's periodic runs do not)."""
+    step per statement (the commands pass one; the loader service's periodic runs do not).
+
+    `rollups=False` reads every node's raw rows, as a window that is no multiple of the rollups' does:
+    the tests check that both give the same tables."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
@@ -307,6 +343,9 @@ def run(
         "node_offset_ms": temp_names(NODE_OFFSET_MS, run_id),
         "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
     }
+    params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
+    for kind in catalog.ROLLUP_TABLES:
+        params.update(rollup_params(kind, params, run_id))
     try:
         selection, *_ = statements("goodput.sql", {**params, "alive_jobs": ["..."]})
         _execute(store, [selection], "goodput.sql", progress)

@@ -15,7 +15,10 @@ def _store(tmp_path_factory):
     store.close()
 
 
-@pytest.fixture
-def sc(_store):
+@pytest.fixture(params=["rollups", "raw"])
+def sc(_store, request):
+    """Every analyzer test runs twice: reading the insert-time rollups, and reading every node's raw rows
+    (what nodes with a clock offset or a duplicate, and windows no multiple of 10 s, get): both must
+    pass the same assertions."""
     reset(_store)
-    return Scenario(_store)
+    return Scenario(_store, rollups=request.param == "rollups")

@@ -28,9 +28,10 @@ def ms(t_s: float) -> int:
 
 
 class Scenario:
-    def __init__(self, store, cfg=None):
+    def __init__(self, store, cfg=None, rollups: bool = True):
         self.store = store
         self.cfg = cfg or config_mod.load()
+        self.rollups = rollups
         self.batches: list[tuple[str, bytes, bytes]] = []
         self.seq: dict[tuple[str, str], int] = defaultdict(int)
 
@@ -141,7 +142,7 @@ class Scenario:
             self.batches = []
 
     def analyze(self, t0: float, t1: float) -> None:
-        analyzers.run(self.store, self.cfg, ms(t0), ms(t1))
+        analyzers.run(self.store, self.cfg, ms(t0), ms(t1), rollups=self.rollups)
 
     def cats(self, job_id: str) -> dict[str, float]:
         t = self.store.query_arrow(
@@ -192,5 +193,6 @@ def fails_once(
 
 
 def reset(store) -> None:
-    for name in [*catalog.RAW_TABLES.values(), catalog.INGESTED_BATCHES, catalog.DEAD_LETTERS, *DERIVED]:
+    raw = [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values()]
+    for name in [*raw, catalog.INGESTED_BATCHES, catalog.DEAD_LETTERS, *DERIVED]:
         store.execute(f"TRUNCATE TABLE IF EXISTS {name}")

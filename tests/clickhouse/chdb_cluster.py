@@ -139,6 +139,10 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
                 k: count(catalog.RAW_TABLES[k] + ddl.LOCAL_SUFFIX) for k in out["loaded_rows"]
             }
             out["ledger_streams"] = len(SeqTracker.from_store(store).floor)
+            out["rollup_rows"] = {  # each shard's view rolled up its own raw rows, the replay not again
+                k: store.query_arrow(f"SELECT sum(rows) AS n FROM {t}").column("n")[0].as_py()
+                for k, t in catalog.ROLLUP_TABLES.items()
+            }
 
         out["analyzer_error"] = None
         try:

@@ -32,7 +32,11 @@ def test_every_table_gets_a_replicated_local_table_and_a_distributed_one():
         assert local.startswith(f"CREATE TABLE IF NOT EXISTS {name}_local ON CLUSTER prod (")
         engine = re.search(r"ENGINE = (\w+)\('([^']*)', '([^']*)'\)", local)
         assert engine, local
-        assert engine[1] in ("ReplicatedMergeTree", "ReplicatedReplacingMergeTree")
+        assert engine[1] in (
+            "ReplicatedMergeTree",
+            "ReplicatedReplacingMergeTree",
+            "ReplicatedAggregatingMergeTree",
+        )
         assert engine[2] == "/clickhouse/tables/{shard}/{database}/{table}" and engine[3] == "{replica}"
         assert "non_replicated_deduplication_window" not in local
         assert dist == (
@@ -46,7 +50,9 @@ def test_replicated_engines_keep_the_single_server_engine_family_and_dedup_windo
     for name, local in zip(TABLES, ddl.cluster_ddl("prod", "goodput")[0::2], strict=True):
         replacing = "ENGINE = ReplacingMergeTree" in single[name]
         assert ("ReplicatedReplacingMergeTree(" in local) == replacing, name
-        if name in catalog.RAW_TABLES.values():
+        aggregating = "ENGINE = AggregatingMergeTree" in single[name]
+        assert ("ReplicatedAggregatingMergeTree(" in local) == aggregating, name
+        if name in (*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values()):
             assert "SETTINGS replicated_deduplication_window = 10000" in local
         # Everything but the name, ON CLUSTER, the engine and the dedup setting is the single-server DDL.
         assert (
@@ -55,12 +61,22 @@ def test_replicated_engines_keep_the_single_server_engine_family_and_dedup_windo
         )
 
 
-def test_raw_tables_shard_by_a_leading_order_by_column():
-    for table in catalog.RAW_TABLES.values():
+def test_raw_tables_and_rollups_shard_by_a_leading_order_by_column():
+    for table in (*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values()):
         statement = dict(zip(TABLES, ddl.all_ddl(), strict=True))[table]
         order_by = statement.split("ORDER BY (", 1)[1].split(")", 1)[0].split(", ")
         column = ddl.SHARD_KEYS[table].removeprefix("cityHash64(").removesuffix(")")
         assert column in order_by[:2], (table, order_by)
+
+
+def test_each_shards_rollup_views_read_and_fill_its_local_tables():
+    for kind, view in zip(catalog.ROLLUP_TABLES, ddl.rollup_views("prod"), strict=True):
+        rollup, raw = catalog.ROLLUP_TABLES[kind], catalog.RAW_TABLES[kind]
+        assert view.startswith(
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {rollup}_mv_local ON CLUSTER prod TO {rollup}_local AS\n"
+        )
+        assert f"\nFROM {raw}_local\n" in view
+        assert ddl.SHARD_KEYS[rollup] == ddl.SHARD_KEYS[raw] == "cityHash64(node)"
 
 
 def test_single_server_ddl_is_unchanged_by_the_cluster_option():
@@ -88,15 +104,29 @@ class RecordingServer:
         self.statements.append(sql)
 
     def query_arrow(self, sql: str, params=None) -> pa.Table:
-        return pa.table({"n": pa.array([0], pa.uint64())})
+        assert sql == f"SELECT DISTINCT version FROM {catalog.SCHEMA_MIGRATIONS}", sql
+        return pa.table({"version": pa.array([], pa.uint32())})
 
 
 def test_migrate_on_a_cluster_checks_the_version_then_creates_the_cluster_layout():
     store = RecordingServer()
     assert ddl.migrate(store) == catalog.SCHEMA_VERSION_DDL
     assert store.required == ddl.MIN_SERVER_VERSION == (23, 8)
-    assert store.statements[:-1] == ddl.cluster_ddl("prod", "goodput") + ddl.added_columns("prod")
-    assert store.statements[-1].startswith(f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description)")
+    tables = ddl.cluster_ddl("prod", "goodput") + ddl.added_columns("prod")
+    rollups = [f"{name}_local ON CLUSTER prod" for name in catalog.ROLLUP_TABLES.values()]
+    assert store.statements[: len(tables)] == tables
+    rest = store.statements[len(tables) :]
+    assert rest[:3] == [f"TRUNCATE TABLE {r}" for r in rollups]  # a migration cut short starts over
+    assert rest[3:6] == ddl.rollup_views("prod")
+    assert [s.split(" SELECT")[0].split("\n")[0] for s in rest[6:9]] == [
+        f"INSERT INTO {name} WITH toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm"
+        if kind == "gpu"
+        else f"INSERT INTO {name}"
+        for kind, name in catalog.ROLLUP_TABLES.items()
+    ]
+    assert [s.split("VALUES ")[1] for s in rest[9:]] == [f"({v}, '{d}')" for v, d in ddl.MIGRATIONS.items()]
+    recorded = f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description)"
+    assert all(s.startswith(recorded) for s in rest[9:])
 
 
 class RecordingCluster(RecordingServer):
@@ -201,13 +231,20 @@ def test_chdb_accepts_the_local_and_distributed_tables(chdb_cluster):
     engines = chdb_cluster["engines"]
     for name in TABLES:
         assert engines[name] == "Distributed", name
-        assert engines[name + ddl.LOCAL_SUFFIX] in ("MergeTree", "ReplacingMergeTree"), name
+        assert engines[name + ddl.LOCAL_SUFFIX] in (
+            "MergeTree",
+            "ReplacingMergeTree",
+            "AggregatingMergeTree",
+        ), name
+    for name in catalog.ROLLUP_TABLES.values():
+        assert engines[f"{name}_mv{ddl.LOCAL_SUFFIX}"] == "MaterializedView", name
 
 
 def test_loader_writes_and_dedups_through_distributed_tables(chdb_cluster):
     loaded = chdb_cluster["loaded_rows"]
     assert loaded["gpu"] > 0 and loaded["job"] > 0
     assert chdb_cluster["distributed_rows"] == loaded == chdb_cluster["local_rows"]
+    assert chdb_cluster["rollup_rows"] == {k: loaded[k] for k in catalog.ROLLUP_TABLES}
     assert chdb_cluster["ledger_streams"] > 0  # the sequence ledger reloads through the Distributed table
     assert (
         chdb_cluster["replay_rows"] == {}

@@ -1,0 +1,134 @@
+"""The insert-time rollups (pipeline/ddl.py) and the analyzers reading them (goodput.sql 3e, 7, 9).
+
+Every analyzer test already runs on both sources (conftest: `sc` is parametrized); these are the cases
+the rollups themselves bring: a batch in the rollup twice, a store from before the rollups, a migration
+cut short, and windows that are no multiple of the rollups' 10 s."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from contracts import catalog
+from pipeline import ddl
+from tests.analyzers.scenario import ms
+from tests.analyzers.test_reanalysis import N1, N2, N3, cluster_day
+
+ROLLUPS = tuple(catalog.ROLLUP_TABLES.values())
+
+
+def rollup_contents(store) -> dict[str, list]:
+    """Each rollup merged per key (its parts may not be), every column, sorted."""
+    out = {}
+    for kind, table in catalog.ROLLUP_TABLES.items():
+        cols = store.query_arrow(f"SELECT * FROM {table} LIMIT 0").column_names
+        key = [
+            c
+            for c in cols
+            if not store.query_arrow(
+                f"SELECT type FROM system.columns WHERE table = '{table}' AND name = '{c}'"
+            )
+            .column("type")[0]
+            .as_py()
+            .startswith("SimpleAggregateFunction")
+        ]
+        merged = {
+            "rows": "sum(rows)",
+            "seconds": "groupBitOr(seconds)",
+            "thr": "groupBitOr(thr)",
+            "samples": "arraySort(groupArrayArray(samples))",
+            "times": "arraySort(groupUniqArrayArray(times))",
+            "first_ms": "min(first_ms)",
+            "last_ms": "max(last_ms)",
+            "psi_max": "max(psi_max)",
+        }
+        aggs = [f"{merged.get(c, f'sum({c})')} AS {c}" for c in cols if c not in key]
+        t = store.query_arrow(
+            f"SELECT {', '.join(key + aggs)} FROM {table} GROUP BY {', '.join(key)} ORDER BY {', '.join(key)}"
+        )
+        out[kind] = t.to_pylist()
+    return out
+
+
+def test_each_raw_row_is_rolled_up_once_even_when_its_insert_is_replayed(sc):
+    cluster_day(sc)
+    sc.load()
+    raw = sc.store.query_arrow(f"SELECT * FROM {catalog.RAW_TABLES['gpu']} WHERE node = '{N2}'")
+    sc.store.insert_arrow(catalog.RAW_TABLES["gpu"], raw, "replayed-token")
+    sc.store.insert_arrow(
+        catalog.RAW_TABLES["gpu"], raw, "replayed-token"
+    )  # a loader killed after the insert
+    for kind, table in catalog.ROLLUP_TABLES.items():
+        raw_rows = sc.store.query_arrow(f"SELECT count() AS n FROM {catalog.RAW_TABLES[kind]} FINAL")
+        rolled = sc.store.query_arrow(f"SELECT sum(rows) AS n FROM {table}")
+        extra = raw.num_rows if kind == "gpu" else 0  # the first replay is a new token: a race, counted
+        assert rolled.column("n")[0].as_py() == raw_rows.column("n")[0].as_py() + extra, kind
+
+
+def test_a_batch_stored_twice_by_racing_loaders_gives_the_tables_of_one_copy(sc):
+    """Two loaders storing the same batches under different tokens: FINAL collapses the raw copies, the
+    rollup counts them twice, and 3e sends the node to its raw rows, so nothing is counted twice."""
+    cluster_day(sc)
+    sc.load()
+    sc.analyze(0, 1000)
+    once = sc.dump()
+    for kind, node in (("gpu", N2), ("nic", N3), ("storage", N1)):  # N1's NFS reads: a pool near its ceiling
+        sc.store.execute(
+            f"INSERT INTO {catalog.RAW_TABLES[kind]} SELECT * FROM {catalog.RAW_TABLES[kind]} "
+            f"WHERE node = '{node}' AND ts < fromUnixTimestamp64Milli({ms(400)})"
+        )
+    doubled = sc.store.query_arrow(
+        "SELECT countIf(r > bitCount(s)) AS dup, count() AS n FROM "
+        "(SELECT sum(rows) AS r, groupBitOr(seconds) AS s "
+        f"FROM {catalog.ROLLUP_TABLES['gpu']} WHERE node = '{N2}' GROUP BY gpu, window_start)"
+    ).to_pylist()[0]
+    assert 0 < doubled["dup"] < doubled["n"]  # the rollup does count them twice
+    sc.analyze(0, 1000)
+    assert sc.dump() == once
+
+
+def test_a_window_no_multiple_of_10_s_reads_the_raw_rows_and_classifies_the_same_seconds(sc):
+    cluster_day(sc)
+    sc.load()
+    by_window = {}
+    for window_s in (10.0, 15.0):
+        sc.cfg = msgspec.structs.replace(
+            sc.cfg, analyzer=msgspec.structs.replace(sc.cfg.analyzer, window_s=window_s)
+        )
+        sc.analyze(0, 1000)
+        t = sc.store.query_arrow(
+            "SELECT any(window_s) AS w, category, sum(gpu_seconds) AS s "
+            "FROM goodput_windows WHERE job_id != 'c' GROUP BY category"  # c runs to the end of the data,
+        ).to_pylist()  # rounded up to a whole window
+        assert {r["w"] for r in t} == {window_s}
+        by_window[window_s] = {r["category"]: r["s"] for r in t}
+    ten, fifteen = by_window[10.0], by_window[15.0]
+    assert sum(fifteen.values()) == pytest.approx(sum(ten.values()), abs=1e-6)  # the same allocated seconds
+    assert fifteen["productive"] == pytest.approx(ten["productive"], rel=0.02)
+
+
+def _forget_rollups(store) -> None:
+    """The store as version 1 left it: no rollups, no views, version 2 not recorded."""
+    for table in ROLLUPS:
+        store.execute(f"DROP VIEW IF EXISTS {table}_mv")
+        store.execute(f"DROP TABLE IF EXISTS {table}")
+    store.execute(f"DELETE FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 2")
+
+
+@pytest.mark.parametrize("cut_short", [False, True])
+def test_migrate_fills_the_rollups_of_a_store_from_before_them(sc, cut_short):
+    cluster_day(sc)
+    sc.load()
+    fed = rollup_contents(sc.store)
+    assert all(fed.values())
+    _forget_rollups(sc.store)
+    if cut_short:  # the views and part of a backfill exist, version 2 was never recorded
+        for statement in [ddl.rollup_table_ddl(k) for k in catalog.ROLLUP_TABLES] + ddl.rollup_views():
+            sc.store.execute(statement)
+        ddl.backfill_rollup(sc.store, "gpu")
+    assert ddl.migrate(sc.store) == catalog.SCHEMA_VERSION_DDL == 2
+    assert rollup_contents(sc.store) == fed
+    assert ddl.migrate(sc.store) == 2  # and once done, never again
+    assert rollup_contents(sc.store) == fed
+    versions = sc.store.query_arrow(f"SELECT version FROM {catalog.SCHEMA_MIGRATIONS} ORDER BY version")
+    assert versions.column("version").to_pylist() == [1, 2]
