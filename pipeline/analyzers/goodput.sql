@@ -63,10 +63,11 @@ unplaced AS (
     SETTINGS join_use_nulls = 1
 ),
 seen AS (
-    SELECT assumeNotNull(job_id) AS job_id, node, arraySort(groupUniqArray(toInt32(gpu))) AS gpus
-    FROM raw_gpu
-    WHERE cluster = '{cluster}'
-      AND job_id IN (SELECT job_id FROM tmp_events WHERE event = 'allocated' AND empty(gpu_indices))
+    SELECT job_id, node, arraySort(groupUniqArray(toInt32(gpu))) AS gpus
+    FROM (SELECT job_id, node, gpu FROM {rollup_gpu} WHERE {rollups} AND cluster = '{cluster}'
+          UNION ALL
+          SELECT assumeNotNull(job_id), node, gpu FROM raw_gpu WHERE NOT {rollups} AND cluster = '{cluster}')
+    WHERE job_id IN (SELECT job_id FROM tmp_events WHERE event = 'allocated' AND empty(gpu_indices))
     GROUP BY job_id, node
 ),
 mine AS (
@@ -139,11 +140,13 @@ SETTINGS join_use_nulls = 1
 --     ts - offset ({node_offset_ms}: the row's node's offset, 0 for nodes not in tmp_clock).
 CREATE OR REPLACE TABLE tmp_clock ENGINE = Memory AS
 WITH
-tagged AS (
-    SELECT assumeNotNull(job_id) AS job_id, node, min(toUnixTimestamp64Milli(ts)) AS f,
-           max(toUnixTimestamp64Milli(ts)) AS l
-    FROM raw_gpu
-    WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)
+tagged AS (  -- the GPU rollup keeps each (window, job)'s first and last sample, by the node's clock
+    SELECT job_id, node, min(f) AS f, max(l) AS l
+    FROM (SELECT job_id, node, first_ms AS f, last_ms AS l FROM {rollup_gpu} WHERE {rollups} AND cluster = '{cluster}'
+          UNION ALL
+          SELECT assumeNotNull(job_id), node, toUnixTimestamp64Milli(ts), toUnixTimestamp64Milli(ts)
+          FROM raw_gpu WHERE NOT {rollups} AND cluster = '{cluster}')
+    WHERE job_id IN (SELECT job_id FROM tmp_events)
     GROUP BY job_id, node
 ),
 held AS (SELECT job_id, node, min(a0) AS h0, max(a1) AS h1 FROM tmp_alloc WHERE a1 > a0 GROUP BY job_id, node),
@@ -376,18 +379,7 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    as integers (milli-percent); `keys` are the samples' levels at 0.01 %, for the exact quantiles (8, 11).
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 WITH
-rolled AS (
-    SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, n, bsum, thr,
-           samples
-    FROM {rollup_gpu}
-    WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes)
-      AND window_start >= toDateTime(intDiv((SELECT lo FROM tmp_span), {W}) * {W} / 1000, 'UTC')
-      AND window_start < toDateTime((intDiv((SELECT hi FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')
-    UNION ALL
-    SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, n, bsum, thr,
-           samples
-    FROM ({raw_gpu_windows})
-),
+rolled AS ({gpu_windows}),
 runs AS (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run'),
 edges AS (
     SELECT job_id, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi

@@ -226,6 +226,20 @@ RAW_WINDOWS = (
 (FINAL), each filed at ts - its node's clock offset, over whole windows of the run's span."""
 
 
+GPU_WINDOWS = (
+    "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
+    "n, bsum, thr, samples FROM {rollup} WHERE cluster = '{cluster}' AND {rollups} "
+    "AND node NOT IN (SELECT node FROM tmp_raw_nodes) "
+    "AND window_start >= toDateTime(intDiv((SELECT lo FROM tmp_span), {W}) * {W} / 1000, 'UTC') "
+    "AND window_start < toDateTime((intDiv((SELECT hi FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC') "
+    "UNION ALL "
+    "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
+    "n, bsum, thr, samples FROM ({raw})"
+)
+"""{gpu_windows}: the GPU rows of the run's allocations as rollup rows (10 s) or, for step 3e's nodes, the
+same sums over their raw rows (per window of W); `ws` is the row's window start (ms), `wi` its window of W."""
+
+
 def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     """{rollup_<kind>} (the rollup table) and {raw_<kind>_windows}: the rollup's sums over the raw rows
     of step 3e's nodes (ddl.rollup_select, per window of W), so both sources give one shape of row."""
@@ -234,10 +248,18 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
         raw=catalog.RAW_TABLES[kind],
         **{k: params[k] for k in ("cluster", "rollups", "W")},
     )
-    return {
-        f"rollup_{kind}": catalog.ROLLUP_TABLES[kind],
-        f"raw_{kind}_windows": temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id),
-    }
+    raw = temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id)
+    out = {f"rollup_{kind}": catalog.ROLLUP_TABLES[kind], f"raw_{kind}_windows": raw}
+    if kind == "gpu":
+        out["gpu_windows"] = temp_names(
+            GPU_WINDOWS.format(
+                rollup=catalog.ROLLUP_TABLES[kind],
+                raw=raw,
+                **{k: params[k] for k in ("cluster", "rollups", "W")},
+            ),
+            run_id,
+        )
+    return out
 
 
 def temp_names(sql: str, run_id: str) -> str:
