@@ -26,9 +26,16 @@ once.
 
 Bounded: when an append would take the directory past `max_bytes`, the oldest segments are deleted
 (newest data is the most useful to a goodput dashboard catching up after an outage) and their unsent
-batches are counted in `stats.dropped`. Durability is a policy: fsync after every record (`"always"`),
-after every N records (an int), or never (the OS writes back; a power loss may cost the last seconds,
-a process kill costs nothing).
+batches are counted in `stats.dropped`. A disk that fills up first refuses batches (see `append`), and
+space only comes back a whole segment at a time, when every batch in it is delivered: so a segment is
+opened to grow to at most an eighth of the room the spool has on its disk at that moment (what it
+holds plus the free space of its filesystem), never to `segment_bytes` on a disk that holds less.
+Why: a 4 MiB segment on a disk with 192 KiB free was the whole disk, and after an outage the spool
+went on refusing every new batch until the very last batch of that segment was delivered; with
+eighths, the delivered ones free their segments while the last few are still in flight.
+
+Durability is a policy: fsync after every record (`"always"`), after every N records (an int), or
+never (the OS writes back; a power loss may cost the last seconds, a process kill costs nothing).
 
 Not safe across processes (one agent owns one directory); safe across threads.
 """
@@ -56,6 +63,8 @@ _SUFFIX = ".seg"
 _ACK_FILE = "ack"
 _ACK_SIZE = 4096
 """The ack file is a multiple of this long (JSON padded with spaces): rewritten in place, never shorter."""
+_MIN_SEGMENT = 16 * 1024
+"""The smallest segment a nearly full disk makes `_segment_limit` choose (fewer, tinier files)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +185,7 @@ class Spool:
         self._lock = threading.RLock()
         self._segments: list[_Segment] = []
         self._fd: int | None = None
+        self._limit = self.segment_bytes  # how large the segment being written may grow
         self._unsynced = 0
         self._dropped = 0
         self._torn = 0
@@ -280,7 +290,7 @@ class Spool:
         with self._lock:
             try:
                 seg = self._active()
-                if seg.size + len(rec) > self.segment_bytes and seg.ends:
+                if seg.size + len(rec) > self._limit and seg.ends:
                     seg = self._rotate()
                 while self._bytes() + len(rec) > self.max_bytes:
                     if self._segments[0] is seg:
@@ -306,7 +316,9 @@ class Spool:
         if self._fd is not None and self._segments:
             os.ftruncate(self._fd, self._segments[-1].size)
         # Space comes back a segment at a time, and the segment being written is never deleted while
-        # it is open: close it, so that once the sender has delivered it, it goes too.
+        # it is open: close it, so that once the sender has delivered it, it goes too. The next append
+        # recomputes the segment's limit for the full disk (`_active`): a segment opened on a disk
+        # with more room is not written further, a new, small one is started.
         self._close_fd()
         self._delete_finished()
         self._dropped += 1
@@ -323,7 +335,8 @@ class Spool:
     def _active(self) -> _Segment:
         if self._segments and self._fd is not None:
             return self._segments[-1]
-        if self._segments and self._segments[-1].size < self.segment_bytes:
+        self._limit = self._segment_limit()
+        if self._segments and self._segments[-1].size < self._limit:
             seg = self._segments[-1]
             self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
             return seg
@@ -332,6 +345,7 @@ class Spool:
     def _rotate(self) -> _Segment:
         """Closes the active segment and starts a new one."""
         self._close_fd()
+        self._limit = self._segment_limit()
         seg_id, self._next_id = self._next_id, self._next_id + 1
         seg = _Segment(seg_id, self.dir / f"{seg_id:020d}{_SUFFIX}")
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
@@ -347,6 +361,13 @@ class Spool:
             raise
         self._segments.append(seg)
         return seg
+
+    def _segment_limit(self) -> int:
+        """How large the segment opened now may grow: `segment_bytes`, but at most an eighth of the room
+        the spool has on its disk (module docstring, "Bounded"), and at least _MIN_SEGMENT."""
+        disk = os.statvfs(self.dir)
+        room = self._bytes() + disk.f_bavail * disk.f_frsize
+        return min(self.segment_bytes, max(_MIN_SEGMENT, room // 8))
 
     def _write(self, seg: _Segment, rec: bytes, topic: str) -> None:
         assert self._fd is not None  # _active/_rotate opened the active segment

@@ -270,3 +270,36 @@ def test_fsync_policy(tmp_path, monkeypatch, policy, appends, expected):
 def test_bad_fsync_policy_is_rejected(tmp_path, policy):
     with pytest.raises(ValueError, match="fsync"):
         Spool(tmp_path, fsync=policy)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 192 KiB tmpfs: a real filesystem that refuses writes (ENOSPC) when full."""
+    if os.geteuid() != 0:
+        pytest.fail("this test mounts a 192 KiB tmpfs as the spool's disk: run it as root (CI does)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(disk)], check=True)
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_has_room_again_once_all_but_the_newest_batches_are_delivered(small_disk):
+    def open_as_the_agent() -> Spool:  # 256 MiB allowed, 4 MiB segments: more than the disk holds
+        return Spool(small_disk, max_bytes=256 << 20, segment_bytes=4 << 20)
+
+    recs = iter(_records(10_000, size=1800))
+    with open_as_the_agent() as sp:
+        sp.append(*next(recs))
+        sp.append(*next(recs))
+        sp.ack(next(sp.replay()))  # one delivered (the ack file takes room too), one in flight
+    with open_as_the_agent() as sp:  # restarted: appends go on in the segment it left
+        stored = 0
+        while sp.append(*next(recs)):
+            stored += 1
+        assert sp.stats.dropped == 1 and stored > 60, "the disk filled up and refused a batch"
+        waiting = list(sp.replay())
+        sp.ack(waiting[-7])  # the sender caught up but for the last six batches, still in flight
+        assert sp.stats.batches == 6
+        assert sp.append(*next(recs)), "the disk has room again: the delivered batches' space came back"
+        assert sp.stats.dropped == 1
