@@ -5,15 +5,19 @@
 The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers()`), not
 through the simulator and the loader's JSON path, which would take most of the run at this size: per
 node-second 8 GPU rows, 8 NIC port rows and 3 storage rows (NFS reads, PSI, a local disk), as a node
-agent at 1 Hz sends them. The job events (a few hundred jobs) do go through the loader. Jobs: the nodes
-in gangs of 8 run jobs of 1-4 hours back to back with a 5-minute gap; each job-minute is productive,
+agent at 1 Hz sends them; the store's materialized views roll them up as the loader's inserts would be.
+The job events (a few hundred jobs) do go through the loader. Jobs: the nodes in gangs of 8 run jobs of
+1-4 hours back to back with a 5-minute gap, saving a checkpoint (40.5 s, ending 3.7 s past a window) every
+30 minutes, so phase boundaries cut windows as in life; each job-minute is productive,
 or with probability 5 % a data stall (PSI high, SM near zero) or 3 % a comm stall (xmit_wait high),
 drawn per (gang, minute) from a hash so every GPU of a gang stalls together. The store is cached under
 ~/.cache/goodput/bench-analyze-<gpus>g-<hours>h and rebuilt only with --rebuild.
 
 Each measurement runs in a fresh process, so its peak RSS is its own: `goodput analyze` over the whole
 day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity over the same raw GPU
-rows. Printed: min / median / max seconds of each, the ratio of medians, peak RSS, rows.
+rows; with --raw also the analyzers reading every node's raw rows instead of the rollups (what they did
+before the rollups, and do for nodes with a clock offset or a duplicate). Printed: min / median / max
+seconds of each, the ratios of medians, peak RSS, rows, and the time per statement of the last run.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pipeline.loader import Loader, limits_from_config  # noqa: E402
 from transport.base import InProcessTransport  # noqa: E402
 
 GANG_NODES = 8
+CHECKPOINT_MS = 40_500
 MARKER = "built.json"
 
 
@@ -87,8 +92,12 @@ def _job_events(cfg: config_mod.Config, jobs: list[dict]) -> list[tuple[str, byt
         rows += [
             dict(ts_ms=j["start"] * 1000, event="gang_complete"),
             dict(ts_ms=j["start"] * 1000 + 60_000, event="running"),
-            dict(ts_ms=j["end"] * 1000, event="completed", exit_code=0),
         ]
+        rows += [  # a 40.5 s checkpoint save every 30 minutes: phase boundaries inside windows
+            dict(ts_ms=t, event="checkpoint_saved", step=k, duration_ms=CHECKPOINT_MS)
+            for k, t in enumerate(range(j["start"] * 1000 + 1_800_000 + 3_700, j["end"] * 1000, 1_800_000))
+        ]
+        rows += [dict(ts_ms=j["end"] * 1000, event="completed", exit_code=0)]
         rows += [
             dict(ts_ms=j["end"] * 1000, event="released", node=n, gpu_indices=list(range(8)))
             for n in j["nodes"]
@@ -195,7 +204,7 @@ def build(path: Path, gpus: int, hours: float) -> dict:
 
 
 MEASURE = """
-import json, resource, sys, time
+import json, re, resource, sys, time
 sys.path.insert(0, {root!r})
 from contracts import config as config_mod
 from goodput.sim.cluster import scaled_config
@@ -204,14 +213,24 @@ from pipeline.chdb_store import ChdbStore
 meta = json.loads({meta!r})
 store = ChdbStore({path!r})
 t = time.perf_counter()
-if {what!r} == "analyze":
-    analyzers.run(store, scaled_config(config_mod.load(), meta["gpus"]), meta["t0_ms"], meta["end_ms"])
+steps = []
+if {what!r}.startswith("analyze"):
+    execute = store.execute
+    def timed(sql, params=None):
+        s = time.perf_counter()
+        execute(sql, params)
+        name = re.sub(r"_[0-9a-f]{{12}}$", "", analyzers.step_name(sql))  # without the run id
+        steps.append((name, round(time.perf_counter() - s, 2)))
+    store.execute = timed
+    analyzers.run(store, scaled_config(config_mod.load(), meta["gpus"]), meta["t0_ms"], meta["end_ms"],
+                  rollups={what!r} == "analyze")
 else:
     store.query_arrow("SELECT count() AS n FROM (SELECT node, gpu, intDiv(toUnixTimestamp64Milli(ts), 10000) "
                       "AS w, avg(sm_active_pct) AS b FROM raw_gpu GROUP BY node, gpu, w)")
 took = time.perf_counter() - t
 store.close()
-print(json.dumps({{"s": took, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+print(json.dumps({{"s": took, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "steps": steps}}))
 """
 
 
@@ -227,6 +246,7 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--raw", action="store_true", help="also time the analyzers on the raw rows")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     path = Path.home() / ".cache" / "goodput" / f"bench-analyze-{args.gpus}g-{args.hours:g}h"
@@ -242,7 +262,7 @@ def main() -> int:
         f"built in {meta['build_s']} s"
     )
     result: dict = {"data": meta}
-    for what in ("bare", "analyze"):
+    for what in ("bare", "analyze") + (("analyze_raw",) if args.raw else ()):
         runs = []
         for i in range(args.repeat):
             runs.append(measure(path, meta, what))
@@ -263,12 +283,18 @@ def main() -> int:
             f"{what:8s} min {secs[0]:.2f} s  median {statistics.median(secs):.2f} s  max {secs[-1]:.2f} s  "
             f"peak RSS {result[what]['peak_rss_mb']:.0f} MB"
         )
+        result[what]["steps"] = runs[-1]["steps"]
     ratio = result["analyze"]["median_s"] / result["bare"]["median_s"]
     result["ratio"] = ratio
     print(
         f"analyze / bare GROUP BY: {ratio:.1f}x (target 1.0-1.5x); "
         f"{result['analyze']['median_s'] / (meta['gpus'] * meta['hours'] / 24) * 1000:.1f} ms per GPU-day"
     )
+    if args.raw:
+        gain = result["analyze_raw"]["median_s"] / result["analyze"]["median_s"]
+        print(f"analyze on raw rows / on rollups: {gain:.1f}x")
+    slowest = sorted(result["analyze"]["steps"], key=lambda s: -s[1])[:8]
+    print("slowest statements (last run):", ", ".join(f"{name} {s:.1f} s" for name, s in slowest))
     store = ChdbStore(path)
     try:  # what the last analysis found: the run did the real work, and it reconciles
         found = store.query_arrow(
