@@ -295,7 +295,8 @@ class AnalyzerConfig(Table, frozen=True):
     """Width of the time buckets of `pool_capacity` (allocated vs unallocated capacity per pool), seconds;
     a multiple of window_s, so every window lies in one bucket."""
     idle_reclaim_after_s: Seconds = 1800.0
-    """A GPU held this long (or longer) without activity is a reclaim candidate (`idle_allocations`)."""
+    """A GPU held this long (or longer) without activity is a reclaim candidate (`idle_allocations`); at
+    least window_s + 1 s."""
     idle_busy_pct: Annotated[float, Meta(ge=0, le=100)] = 1.0
     """A second at or below this SM activity (utilization where GPM is absent) is a second without
     activity, for idle_reclaim_after_s."""
@@ -304,6 +305,11 @@ class AnalyzerConfig(Table, frozen=True):
         if self.capacity_bucket_s % self.window_s:
             raise ValueError(
                 f"capacity_bucket_s: {self.capacity_bucket_s} is not a multiple of window_s ({self.window_s})"
+            )
+        if self.idle_reclaim_after_s < self.window_s + 1:
+            raise ValueError(
+                f"idle_reclaim_after_s: {self.idle_reclaim_after_s} is under window_s + 1 s "
+                f"({self.window_s + 1:g}); the idle allocations are found between windows with activity"
             )
 
 

@@ -167,31 +167,73 @@ SETTINGS join_use_nulls = 1
 --    step 7, any phase) at or below {idle_busy_milli} milli-% SM activity, with no sample above it in
 --    between (missing samples do not break a stretch); a stretch of at least {idle_after_ms} ms is a reclaim
 --    candidate. It runs from the start of its first second to the end of its last, within the allocation.
+--    Read from goodput.sql's {gpu_windows} (rollup rows, or the raw rows' same sums: step 3e) without
+--    putting the samples in time order: a candidate outlasts a window (the config refuses an
+--    idle_reclaim_after_s under window_s + 1 s), so it lies between two windows of its allocation that
+--    hold an active sample and are consecutive among such windows (or the allocation's edges), in a gap
+--    long enough to hold it; its ends are the first and last idle samples between the last active sample
+--    of the one and the first of the other.
 DELETE FROM {delete_from[idle_allocations]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;
 INSERT INTO idle_allocations (cluster, job_id, team, pool, node, gpu, idle_from, idle_to, idle_s, reclaimable_s,
                               gpu_hours)
 WITH
-s AS (
-    SELECT p.job_id AS job_id, g.node AS node, g.gpu AS gpu, g.t AS t, p.a0 AS a0, p.a1 AS a1,
-           g.bm > {idle_busy_milli} AS active
-    FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1 AS t,
-                 toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm
-          FROM raw_gpu FINAL
-          WHERE cluster = '{cluster}' AND ts > fromUnixTimestamp64Milli((SELECT lo - skew FROM tmp_span))
-            AND ts <= fromUnixTimestamp64Milli((SELECT hi + skew FROM tmp_span))) AS g
-    ASOF INNER JOIN (SELECT job_id, node, gpu, a0, a1 FROM tmp_alloc WHERE a1 > a0) AS p
-        ON g.node = p.node AND g.gpu = p.gpu AND g.t >= p.a0
-    WHERE g.t < p.a1 AND g.bm IS NOT NULL
+rolled AS ({gpu_windows}),
+held AS (SELECT job_id, node, gpu, a0, a1 FROM tmp_alloc WHERE a1 > a0),
+marked AS (  -- each row's samples in an allocation, (t, active): the one holding its window's start, or
+             -- one starting inside the window
+    SELECT job_id, node, gpu, a0, a1, wi, arrayFilter(x -> x.1 >= a0 AND x.1 < a1, m) AS m
+    FROM (
+        SELECT p.job_id AS job_id, r.node AS node, r.gpu AS gpu, p.a0 AS a0, p.a1 AS a1, r.wi AS wi,
+               arrayMap(x -> (r.ws + x.1, x.2 > {idle_busy_milli}), r.samples) AS m
+        FROM rolled AS r ASOF INNER JOIN held AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.a0
+        UNION ALL
+        SELECT p.job_id, r.node, r.gpu, p.a0, p.a1, r.wi, arrayMap(x -> (r.ws + x.1, x.2 > {idle_busy_milli}), r.samples)
+        FROM rolled AS r
+        INNER JOIN (SELECT *, intDiv(a0, {W}) AS wi FROM held WHERE a0 % {W} != 0) AS p
+            ON r.node = p.node AND r.gpu = p.gpu AND r.wi = p.wi
+    )
+    WHERE notEmpty(m)
 ),
-runs AS (
-    SELECT *, sum(toInt64(active)) OVER (PARTITION BY job_id, node, gpu, a0 ORDER BY t ROWS UNBOUNDED PRECEDING) AS grp
-    FROM s
+gaps AS (  -- consecutive windows with an active sample, the allocation's edges standing in at either end
+    SELECT job_id, node, gpu, a0, a1, g.1 AS w1, g.2 AS w2
+    FROM (
+        SELECT job_id, node, gpu, a0, a1, arraySort(groupUniqArrayIf(wi, arrayExists(x -> x.2, m))) AS aw
+        FROM marked WHERE notEmpty(m) GROUP BY job_id, node, gpu, a0, a1
+    )
+    ARRAY JOIN arrayZip(arrayPushFront(aw, intDiv(a0, {W}) - 1), arrayPushBack(aw, intDiv(a1 - 1, {W}) + 1)) AS g
+    WHERE (g.2 - g.1 + 1) * {W} + 1000 >= {idle_after_ms}
+),
+in_gap AS (  -- the rows of each gap's windows: from its first window up to (not) its last, and its last
+    SELECT g.job_id AS job_id, g.node AS node, g.gpu AS gpu, g.a0 AS a0, g.a1 AS a1, g.w1 AS w1, g.w2 AS w2,
+           r.wi AS wi, r.m AS m
+    FROM marked AS r
+    ASOF INNER JOIN gaps AS g
+        ON r.job_id = g.job_id AND r.node = g.node AND r.gpu = g.gpu AND r.a0 = g.a0 AND r.wi >= g.w1
+    WHERE r.wi < g.w2
+    UNION ALL
+    SELECT g.job_id, g.node, g.gpu, g.a0, g.a1, g.w1, g.w2, r.wi, r.m
+    FROM marked AS r
+    INNER JOIN gaps AS g ON r.job_id = g.job_id AND r.node = g.node AND r.gpu = g.gpu AND r.a0 = g.a0 AND r.wi = g.w2
+),
+s AS (  -- per gap: the samples of its two bounding windows, the range of the idle ones in between
+    SELECT job_id, node, gpu, a0, a1,
+           groupArrayArrayIf(m, wi = w1) AS first_w, groupArrayArrayIf(m, wi = w2) AS last_w,
+           minIf(arrayMin(x -> x.1, m), wi > w1 AND wi < w2) AS mid_lo,
+           maxIf(arrayMax(x -> x.1, m), wi > w1 AND wi < w2) AS mid_hi,
+           countIf(wi > w1 AND wi < w2) AS mids,
+           arrayMax(arrayMap(x -> x.1, arrayFilter(x -> x.2, first_w))) AS la,
+           arrayMin(arrayMap(x -> x.1, arrayFilter(x -> x.2, last_w))) AS fa,
+           arrayFilter(t -> t > la, arrayMap(x -> x.1, arrayFilter(x -> NOT x.2, first_w))) AS after_la,
+           arrayFilter(t -> t < fa, arrayMap(x -> x.1, arrayFilter(x -> NOT x.2, last_w))) AS before_fa,
+           arrayConcat(after_la, before_fa, if(mids > 0, [mid_lo, mid_hi], [])) AS idle_ends,
+           arrayMin(idle_ends) AS t0, arrayMax(idle_ends) AS t1
+    FROM in_gap
+    GROUP BY job_id, node, gpu, a0, a1, w1, w2
 ),
 ep AS (
-    SELECT job_id, node, gpu, greatest(min(t) - 999, any(a0)) AS f, least(max(t) + 1, any(a1)) AS l
-    FROM runs WHERE NOT active GROUP BY job_id, node, gpu, a0, grp
-    HAVING l - f >= {idle_after_ms}
+    SELECT job_id, node, gpu, greatest(t0 - 999, a0) AS f, least(t1 + 1, a1) AS l
+    FROM s WHERE notEmpty(idle_ends) AND l - f >= {idle_after_ms}
 )
 SELECT '{cluster}', e.job_id, ifNull(any(t.team), '{default_team}'), ifNull(any(d.pool), ''), e.node, toInt32(e.gpu),
        fromUnixTimestamp64Milli(e.f), fromUnixTimestamp64Milli(e.l), (e.l - e.f) / 1000,

@@ -191,32 +191,6 @@ SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
                 if(any(old.o_n) > 0, any(old.o_hi), toInt64({end}))) AS day_hi
 FROM tmp_alloc CROSS JOIN old
 ;;
--- 3e. Nodes whose raw rows are read (FINAL, filed at ts - offset) instead of the insert-time rollups
---     (pipeline/ddl.py): the nodes with a clock offset (3a), since the rollups file samples by the node's
---     own clock, and the nodes with a duplicate in a rollup over the span: a window holding more rows than
---     seconds (rows > bitCount(seconds)) counts a batch stored twice (two loaders racing), which FINAL
---     collapses in the raw rows. With {rollups} = 0 (a window that is no multiple of the rollups' 10 s, or
---     a run told to) every node is read from its raw rows.
-CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
-WITH
-from_w AS (SELECT toDateTime(intDiv(lo - skew, {W}) * {W} / 1000, 'UTC') AS t FROM tmp_span),
-to_w AS (SELECT toDateTime((intDiv(hi + skew - 1, {W}) + 1) * {W} / 1000, 'UTC') AS t FROM tmp_span)
-SELECT node FROM tmp_clock
-UNION DISTINCT
-SELECT DISTINCT node FROM (
-    SELECT node, sum(rows) AS r, groupBitOr(seconds) AS s FROM {rollup_gpu}
-    WHERE cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
-    GROUP BY node, gpu, window_start
-    UNION ALL
-    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_nic}
-    WHERE cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
-    GROUP BY node, device, port, window_start
-    UNION ALL
-    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_storage}
-    WHERE cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
-    GROUP BY node, source, device, window_start
-) WHERE r > bitCount(s)
-;;
 -- 3c. The real start of attempts whose `running` is coarse: a scheduler (Slurm, Kubernetes) that reports it
 --     when the containers start, in the same millisecond as gang_complete or from a source in {coarse_running_sources}
 --     source. Then the first training step (step events: its end minus its duration) marks the start;
@@ -282,6 +256,32 @@ SELECT e.job_id AS job_id, if(e.event = 'running' AND s.real_t > 0, s.real_t, e.
 FROM tmp_events AS e
 LEFT JOIN tmp_start AS s ON e.job_id = s.job_id AND e.attempt = s.attempt
 SETTINGS join_use_nulls = 1
+;;
+-- 3e. Nodes whose raw rows are read (FINAL, filed at ts - offset) instead of the insert-time rollups
+--     (pipeline/ddl.py): the nodes with a clock offset (3a), since the rollups file samples by the node's
+--     own clock, and the nodes with a duplicate in a rollup over the span: a window holding more rows than
+--     seconds (rows > bitCount(seconds)) counts a batch stored twice (two loaders racing), which FINAL
+--     collapses in the raw rows. With {rollups} = 0 (a window that is no multiple of the rollups' 10 s, or
+--     a run told to) every node is read from its raw rows.
+CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
+WITH
+from_w AS (SELECT toDateTime(intDiv(lo - skew, {W}) * {W} / 1000, 'UTC') AS t FROM tmp_span),
+to_w AS (SELECT toDateTime((intDiv(hi + skew - 1, {W}) + 1) * {W} / 1000, 'UTC') AS t FROM tmp_span)
+SELECT node FROM tmp_clock
+UNION DISTINCT
+SELECT DISTINCT node FROM (
+    SELECT node, sum(rows) AS r, groupBitOr(seconds) AS s FROM {rollup_gpu}
+    WHERE {rollups} AND cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    GROUP BY node, gpu, window_start
+    UNION ALL
+    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_nic}
+    WHERE {rollups} AND cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    GROUP BY node, device, port, window_start
+    UNION ALL
+    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_storage}
+    WHERE {rollups} AND cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    GROUP BY node, source, device, window_start
+) WHERE r > bitCount(s)
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
 --    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank

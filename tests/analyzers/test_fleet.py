@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -323,3 +324,66 @@ def test_days_are_utc_days_whatever_the_servers_timezone():
     assert p.stdout.splitlines() == [
         f"{n} ['{utc_day}']" for n in ("queue_delay_day", "pool_team_day", "team_day")
     ]
+
+
+def _idle_stretches(
+    samples: dict[int, list[tuple[int, float]]], a0: int, a1: int, after_ms: int
+) -> list[tuple]:
+    """The definition, per second: per GPU the maximal runs (in time) of its samples at or below 1 %
+    (milli-% <= 1000) inside [a0, a1), from a second's start to the next's, clipped to the allocation."""
+    out = []
+    for g, xs in samples.items():
+        run: list[int] = []
+        for t, pct in sorted(xs) + [(a1 + 10**9, 100.0)]:
+            if not a0 <= t < a1 and t < a1 + 10**9:
+                continue
+            if round(pct * 1000) <= 1000:
+                run.append(t)
+                continue
+            if run:
+                f, last = max(run[0] - 999, a0), min(run[-1] + 1, a1)
+                if last - f >= after_ms:
+                    out.append((g, f, last))
+            run = []
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_idle_stretches_follow_the_per_second_definition_whatever_the_rows(sc, seed):
+    """Idle runs of 20-200 s between bursts of activity, a sample in 20 missing, values at exactly 1 % and
+    just above, the allocation's ends inside windows, and each window's samples stored by two inserts
+    (even seconds, then odd ones): the rows the rollup holds before it merges them interleave."""
+    configured(sc, idle_reclaim_after_s=60.0)
+    rng = random.Random(seed)
+    a0, a1, horizon = 3.4, 1797.3, 1800
+    level: dict[tuple[int, int], float | None] = {}
+    for g in (0, 1):
+        s = 0
+        while s < horizon:
+            idle, busy = rng.randint(20, 200), rng.randint(1, 15)
+            for k in range(idle):
+                level[s + k, g] = rng.choice([0.5, 1.0, 0.0]) if rng.random() > 0.05 else None
+            for k in range(idle, idle + busy):
+                level[s + k, g] = rng.choice([50.0, 1.001]) if rng.random() > 0.05 else None
+            s += idle + busy
+    j = dict(job_id="idle", account="research")
+    sc.job(dict(t=a0, event="allocated", node=CORE[0], gpu_indices=[0, 1], **j))
+    sc.job(dict(t=a0, event="gang_complete", **j), dict(t=a0, event="running", **j))
+    sc.job(dict(t=a1 - 50, event="completed", **j))
+    sc.job(dict(t=a1, event="released", node=CORE[0], gpu_indices=[0, 1], **j))
+    for parity in (0, 1):
+        sc.gpu(CORE[0], [0, 1], 0, horizon, lambda s, g, p=parity: level.get((s, g)) if s % 2 == p else None)
+        sc.load()
+    sc.analyze(0, horizon)
+    samples: dict[int, list[tuple[int, float]]] = {0: [], 1: []}
+    for (s, g), pct in level.items():
+        if pct is not None and 0 < s <= horizon:
+            samples[g].append((ms(s) - 1, pct))
+    want = _idle_stretches(samples, ms(a0), ms(a1), 60_000)
+    assert len(want) >= 4
+    got = table(
+        sc,
+        "SELECT gpu, toUnixTimestamp64Milli(idle_from) AS f, toUnixTimestamp64Milli(idle_to) AS l "
+        "FROM idle_allocations ORDER BY gpu, f",
+    )
+    assert [(r["gpu"], r["f"], r["l"]) for r in got] == want

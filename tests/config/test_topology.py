@@ -89,6 +89,10 @@ def test_config_switches_and_racks_beside_a_slurm_file(tmp_path):
         ("[topology.switches.s]\n", "switch 's' has neither Nodes nor Switches"),
         ('[topology.racks]\nr1 = ["a[1-2]"]\nr2 = ["a2"]', "racks.r2: node 'a2' is already in rack 'r1'"),
         ("[analyzer]\ncapacity_bucket_s = 15", "capacity_bucket_s: 15 is not a multiple of window_s (10)"),
+        (
+            "[analyzer]\nidle_reclaim_after_s = 10.5",
+            "idle_reclaim_after_s: 10.5 is under window_s + 1 s (11)",
+        ),
     ],
 )
 def test_bad_topology_config_is_refused_naming_the_key(text, message):
