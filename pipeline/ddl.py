@@ -149,8 +149,8 @@ ROLLUP_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         (
             "samples",
             "SimpleAggregateFunction(groupArrayArray, Array(Tuple(UInt32, Int64, Int64)))",
-            "groupArrayIf((toUInt32({t} % {w}), assumeNotNull(bm), ifNull(throttle_reasons, 0)), "
-            "bm IS NOT NULL)",
+            "arraySort(groupArrayIf((toUInt32({t} % {w}), assumeNotNull(bm), ifNull(throttle_reasons, 0)), "
+            "bm IS NOT NULL))",
         ),
         ("first_ms", "SimpleAggregateFunction(min, Int64)", "min(toUnixTimestamp64Milli(ts))"),
         ("last_ms", "SimpleAggregateFunction(max, Int64)", "max(toUnixTimestamp64Milli(ts))"),
@@ -185,15 +185,16 @@ ROLLUP_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("psi_max", "SimpleAggregateFunction(max, Nullable(Float32))", "max(psi_some_pct)"),
         (
             "times",
-            "SimpleAggregateFunction(groupUniqArrayArray, Array(Int64))",
-            "groupUniqArray(toUnixTimestamp64Milli(ts))",
+            "SimpleAggregateFunction(groupUniqArrayArray, Array(UInt32))",
+            "arraySort(groupUniqArray(toUInt32({t} % {w})))",
         ),
     ],
 }
 """Per kind: (column, type, expression over the raw rows) of the rollup beyond its key and the duplicate
 check. What each analyzer step reads (pipeline/analyzers/goodput.sql 7 and 9), summed per window at
 insert time; `samples` keeps each GPU sample's (ms into the window, milli-% busy, throttle reasons), for the
-windows a phase boundary cuts and the exact quantiles of the busy levels."""
+windows a phase boundary cuts and the exact quantiles of the busy levels; `times` the distinct sample times
+(ms into the window) of a storage source, which count a node's NFS/Lustre samples across its mounts."""
 
 
 def rollup_table_ddl(kind: str) -> str:

@@ -462,16 +462,19 @@ WITH
 storage AS (
     SELECT node, wi,
            sumIf(read_sum, source IN ('nfs', 'lustre'))
-               / greatest(1, length(groupUniqArrayArrayIf(times, source IN ('nfs', 'lustre')))) AS read_rate,
+               / greatest(1, length(groupUniqArrayArrayIf(arrayMap(x -> ws + x, times), source IN ('nfs', 'lustre'))))
+               AS read_rate,
            maxIf(psi_max, source = 'psi') AS psi
     FROM (
-        SELECT node, source, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, read_sum, psi_max, times
+        SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, read_sum,
+               psi_max, times
         FROM {rollup_storage}
         WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes)
           AND window_start >= toDateTime(intDiv((SELECT lo - skew FROM tmp_span), {W}) * {W} / 1000, 'UTC')
           AND window_start < toDateTime((intDiv((SELECT hi + skew FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')
         UNION ALL
-        SELECT node, source, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}), read_sum, psi_max, times
+        SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}), read_sum,
+               psi_max, times
         FROM ({raw_storage_windows})
     )
     GROUP BY node, wi
