@@ -202,7 +202,8 @@ def config_data(nodes: pl.DataFrame, path: str | None) -> dict:
             for m, g, sns in groups.rows()
         ],
         teams={**{c: [c] for c in DEFAULT_CLASSES}, "default_team": "unclassified"},
-        analyzer={"window_s": WINDOW_S, "capacity_bucket_s": WINDOW_S},
+        # no GPU samples, so no idle allocations; the config wants idle_reclaim_after_s > window_s + 1 s
+        analyzer={"window_s": WINDOW_S, "capacity_bucket_s": WINDOW_S, "idle_reclaim_after_s": 2 * WINDOW_S},
     )
     return replay_config.overlay(data, path, SCHEDULER)
 
