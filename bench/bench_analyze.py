@@ -1,8 +1,9 @@
 """How long the analyzers take over a cluster's day, against the bare query over the same rows (issue 19).
 
-    .venv/bin/python bench/bench_analyze.py [--gpus 1024] [--hours 24] [--repeat 3] [--json out.json]
+    .venv/bin/python bench/bench_analyze.py [--gpus 1024] [--hours 24] [--repeat 3] [--store DIR]
+                                             [--json out.json]
 
-The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers()`), not
+The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers_mt()`), not
 through the simulator and the loader's JSON path, which would take most of the run at this size: per
 node-second 8 GPU rows, 8 NIC port rows and 3 storage rows (NFS reads, PSI, a local disk), as a node
 agent at 1 Hz sends them; the store's materialized views roll them up as the loader's inserts would be.
@@ -11,7 +12,7 @@ The job events (a few hundred jobs) do go through the loader. Jobs: the nodes in
 30 minutes, so phase boundaries cut windows as in life; each job-minute is productive,
 or with probability 5 % a data stall (PSI high, SM near zero) or 3 % a comm stall (xmit_wait high),
 drawn per (gang, minute) from a hash so every GPU of a gang stalls together. The store is cached under
-~/.cache/goodput/bench-analyze-<gpus>g-<hours>h and rebuilt only with --rebuild.
+~/.cache/goodput/bench-analyze-<gpus>g-<hours>h (or --store DIR) and rebuilt only with --rebuild.
 
 Each measurement runs in a fresh process, so its peak RSS is its own: `goodput analyze` over the whole
 day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity over the same raw GPU

@@ -16,7 +16,8 @@ a variant cannot drift from the schema it is measured against:
   the setting optimize_on_insert = 0 (no schema change), `ts` first in ORDER BY, no sort key
   (ORDER BY tuple(), on a MergeTree), no TTL, no deduplication token;
   lean          the floor: MergeTree, same columns, no codecs, no Nullable;
-  and v1 and v2 in blocks of 200,000 rows and in one block, and v2 with optimize_on_insert = 0.
+  and v1 and v2 in blocks of 200,000 rows and in one block, and v2 with optimize_on_insert = 0;
+  "measured": only the block's columns that hold a value are inserted (the rest read NULL, as before).
 
 All variants run in one process and one store, alternating, `--repeat` times; each run creates its table
 (and view), inserts the GPU rows then the NIC rows, and drops them. Besides the Arrow insert, each variant
@@ -94,6 +95,7 @@ class Variant:
     block: int | None = None  # rows per insert; None: the loader's [loader].flush_records, 0: all in one
     token: bool = True
     settings: tuple[tuple[str, str], ...] = ()  # session settings for its inserts
+    measured: bool = False  # insert only the columns with a value in the block (the others read NULL)
 
 
 NO_OPTIMIZE = (("optimize_on_insert", "0"),)
@@ -122,6 +124,12 @@ def variants(flush: int) -> list[Variant]:
         Variant("v1, one block", block=0),
         Variant("v2, optimize_on_insert=0", views=True, settings=NO_OPTIMIZE),
         Variant("v2, 200k, optimize_on_insert=0", views=True, block=200_000, settings=NO_OPTIMIZE),
+        Variant("v2, 200k, opt=0, no Nullable", (NO_NULLABLE,), True, 200_000, settings=NO_OPTIMIZE),
+        Variant("v2, 200k, opt=0, no codecs", (NO_CODECS,), True, 200_000, settings=NO_OPTIMIZE),
+        Variant("v2, 200k, opt=0, no LowCard.", (NO_LOWCARD,), True, 200_000, settings=NO_OPTIMIZE),
+        Variant("v2, measured columns", views=True, measured=True),
+        Variant("v2, 200k, opt=0, measured", views=True, block=200_000, settings=NO_OPTIMIZE, measured=True),
+        Variant("lean, 200k, measured", (MERGETREE, NO_CODECS, NO_NULLABLE), block=200_000, measured=True),
     ]
 
 
@@ -210,7 +218,12 @@ def run_arrow(
         started = time.perf_counter()
         for k, start in enumerate(range(0, rows.num_rows, block)):
             token = f"{tag}-{k}" if variant.token else None
-            store.insert_arrow(table, rows.slice(start, block), token)
+            part = rows.slice(start, block)
+            if variant.measured:
+                part = part.select(
+                    [c for c in part.column_names if part.column(c).null_count < part.num_rows]
+                )
+            store.insert_arrow(table, part, token)
         took = time.perf_counter() - started
         if after is not None:
             after(table)
@@ -254,14 +267,14 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--seconds", type=int, default=600)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", help="comma-separated variant names (default: all)")
+    ap.add_argument("--only", help="variant names separated by ; (default: all)")
     ap.add_argument("--no-engine", action="store_true", help="skip the INSERT SELECT inside the engine")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     flush = config_mod.load().loader.flush_records
     chosen = variants(flush)
     if args.only:
-        names = {n.strip() for n in args.only.split(",")}
+        names = {n.strip() for n in args.only.split(";")}
         unknown = names - {v.name for v in chosen}
         if unknown:
             ap.error(f"no variant {', '.join(sorted(unknown))}; have: {', '.join(v.name for v in chosen)}")
