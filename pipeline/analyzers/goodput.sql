@@ -264,22 +264,19 @@ SETTINGS join_use_nulls = 1
 --     collapses in the raw rows. With {rollups} = 0 (a window that is no multiple of the rollups' 10 s, or
 --     a run told to) every node is read from its raw rows.
 CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
-WITH
-from_w AS (SELECT toDateTime(intDiv(lo - skew, {W}) * {W} / 1000, 'UTC') AS t FROM tmp_span),
-to_w AS (SELECT toDateTime((intDiv(hi + skew - 1, {W}) + 1) * {W} / 1000, 'UTC') AS t FROM tmp_span)
 SELECT node FROM tmp_clock
 UNION DISTINCT
 SELECT DISTINCT node FROM (
     SELECT node, sum(rows) AS r, groupBitOr(seconds) AS s FROM {rollup_gpu}
-    WHERE {rollups} AND cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
     GROUP BY node, gpu, window_start
     UNION ALL
     SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_nic}
-    WHERE {rollups} AND cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
     GROUP BY node, device, port, window_start
     UNION ALL
     SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_storage}
-    WHERE {rollups} AND cluster = '{cluster}' AND window_start >= (SELECT t FROM from_w) AND window_start < (SELECT t FROM to_w)
+    WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
     GROUP BY node, source, device, window_start
 ) WHERE r > bitCount(s)
 ;;
@@ -356,16 +353,26 @@ ARRAY JOIN arrayMap(i -> (
 ), arrayFilter(i -> arrayLastIndex(x -> x.1 <= pts[i], b) > 0, range(1, toUInt64(length(pts))))) AS seg
 WHERE s0 < s1
 ;;
--- 5. Pieces: one GPU's allocation intersected with one segment.
+-- 5. Slots: one number per (job, node, GPU) the run allocates, in their order, with its job's number (jn)
+--    and its node's (nn). The tables with a row per (job, GPU, window) are grouped and joined on these
+--    integers: they hash about six times faster than the job id and node names (measured on the bench
+--    day: bench/bench_analyze.py), which ride along.
+CREATE OR REPLACE TABLE tmp_slots ENGINE = Memory AS
+SELECT job_id, node, gpu, toUInt32(row_number() OVER (ORDER BY job_id, node, gpu)) AS slot,
+       toUInt32(dense_rank() OVER (ORDER BY job_id)) AS jn, toUInt32(dense_rank() OVER (ORDER BY node)) AS nn
+FROM (SELECT DISTINCT job_id, node, gpu FROM tmp_alloc)
+;;
+-- 5a. Pieces: one GPU's allocation intersected with one segment.
 CREATE OR REPLACE TABLE tmp_pieces ENGINE = Memory AS
-SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, s.phase AS phase, s.evidence AS evidence,
-       greatest(a.a0, s.s0) AS o0, least(a.a1, s.s1) AS o1
+SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, n.slot AS slot, n.jn AS jn, n.nn AS nn, s.phase AS phase,
+       s.evidence AS evidence, greatest(a.a0, s.s0) AS o0, least(a.a1, s.s1) AS o1
 FROM tmp_alloc AS a INNER JOIN tmp_segments AS s ON a.job_id = s.job_id
+INNER JOIN tmp_slots AS n ON a.job_id = n.job_id AND a.node = n.node AND a.gpu = n.gpu
 WHERE o0 < o1
 ;;
 -- 6. Pieces cut into windows, with the seconds each window holds.
 CREATE OR REPLACE TABLE tmp_piece_windows ENGINE = Memory AS
-SELECT job_id, node, gpu, phase, evidence, wi,
+SELECT job_id, node, gpu, slot, jn, nn, phase, evidence, wi,
        (least(o1, (wi + 1) * {W}) - greatest(o0, wi * {W})) / 1000.0 AS secs
 FROM tmp_pieces
 ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS wi
@@ -380,34 +387,39 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 WITH
 rolled AS ({gpu_windows}),
-runs AS (SELECT job_id, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run'),
+runs AS (SELECT slot, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run'),
 edges AS (
-    SELECT job_id, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi
+    SELECT slot, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi
     FROM runs
     ARRAY JOIN arrayDistinct(arrayConcat(if(o0 % {W} != 0, [intDiv(o0, {W})], []),
                                          if(o1 % {W} != 0, [intDiv(o1, {W})], []))) AS wi
 ),
 whole AS (
-    SELECT p.job_id AS job_id, r.node AS node, r.gpu AS gpu, r.wi AS wi, r.n AS n, r.bsum AS bsum, r.thr AS thr,
+    SELECT p.slot AS slot, r.wi AS wi, r.n AS n, r.bsum AS bsum, r.thr AS thr,
            arrayMap(x -> toInt32(round(x.2 / 10)), r.samples) AS keys
     FROM rolled AS r ASOF INNER JOIN runs AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.o0
     WHERE (r.wi + 1) * {W} <= p.o1
 ),
 cut AS (
-    SELECT e.job_id AS job_id, r.node AS node, r.gpu AS gpu, r.wi AS wi,
+    SELECT e.slot AS slot, r.wi AS wi,
            arrayFilter(x -> r.ws + x.1 >= e.lo AND r.ws + x.1 < e.hi, r.samples) AS kept,
            toUInt64(length(kept)) AS n, arraySum(x -> x.2, kept) AS bsum,
            arrayFold((acc, x) -> bitOr(acc, x.3), kept, toInt64(0)) AS thr,
            arrayMap(x -> toInt32(round(x.2 / 10)), kept) AS keys
     FROM rolled AS r INNER JOIN edges AS e ON r.node = e.node AND r.gpu = e.gpu AND r.wi = e.wi
 )
-SELECT job_id, node, gpu, wi, sum(n) AS n, sum(bsum) AS bsum, bsum / n / 1000 AS b, groupBitOr(thr) AS thr,
-       groupArrayArray(keys) AS keys
-FROM (SELECT job_id, node, gpu, wi, n, bsum, thr, keys FROM whole
-      UNION ALL
-      SELECT job_id, node, gpu, wi, n, bsum, thr, keys FROM cut)
-GROUP BY job_id, node, gpu, wi
-HAVING n > 0
+SELECT s.job_id AS job_id, s.node AS node, s.gpu AS gpu, g.slot AS slot, s.jn AS jn, s.nn AS nn, g.wi AS wi, g.n AS n,
+       g.bsum AS bsum,
+       g.b AS b, g.thr AS thr, g.keys AS keys
+FROM (
+    SELECT slot, wi, sum(n) AS n, sum(bsum) AS bsum, bsum / n / 1000 AS b, groupBitOr(thr) AS thr,
+           groupArrayArray(keys) AS keys
+    FROM (SELECT slot, wi, n, bsum, thr, keys FROM whole
+          UNION ALL
+          SELECT slot, wi, n, bsum, thr, keys FROM cut)
+    GROUP BY slot, wi
+    HAVING n > 0
+) AS g INNER JOIN tmp_slots AS s ON g.slot = s.slot
 ;;
 -- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
 --    job stalled most of the time still has productive seconds that show its level), exact on the 0.01 %
@@ -418,17 +430,17 @@ HAVING n > 0
 --    The job's sample noise sigma is read off the healthy seconds above b*, which no stall reaches: the
 --    value exceeded by 0.3173 of them (P(Z > 1) / P(Z > 0) for normal noise) minus b*.
 CREATE OR REPLACE TABLE tmp_healthy_hist ENGINE = Memory AS
-SELECT job_id, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m,
+SELECT job_id, jn, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m,
        sum_b / n_all / 1000 AS b_mean
 FROM (
-    SELECT h.job_id AS job_id, h.ks AS ks, h.c0 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
+    SELECT t.job_id AS job_id, h.jn AS jn, h.ks AS ks, h.c0 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
            ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
            arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0, t.sum_b AS sum_b, t.n_all AS n_all
-    FROM (SELECT job_id, arraySort(groupArray((key, c))) AS h, arrayMap(x -> x.1, h) AS ks, arrayMap(x -> x.2, h) AS c0
-          FROM (SELECT job_id, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key GROUP BY job_id, key)
-          GROUP BY job_id) AS h
-    INNER JOIN (SELECT job_id, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY job_id) AS t
-        ON h.job_id = t.job_id
+    FROM (SELECT jn, arraySort(groupArray((key, c))) AS h, arrayMap(x -> x.1, h) AS ks, arrayMap(x -> x.2, h) AS c0
+          FROM (SELECT jn, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key GROUP BY jn, key)
+          GROUP BY jn) AS h
+    INNER JOIN (SELECT jn, any(job_id) AS job_id, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY jn) AS t
+        ON h.jn = t.jn
 )
 ;;
 CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
@@ -443,7 +455,7 @@ shortest AS (
     FROM levels AS lo ASOF INNER JOIN levels AS hi ON lo.job_id = hi.job_id AND lo.half_end <= hi.upto
     GROUP BY lo.job_id
 )
-SELECT h.job_id AS job_id, s.mid / 100 AS b_star, h.b_mean AS b_mean,
+SELECT h.job_id AS job_id, h.jn AS jn, s.mid / 100 AS b_star, h.b_mean AS b_mean,
        arrayFirstIndex(k -> k >= s.mid, h.ks) AS i_star,
        h.n - (h.cs[i_star] - h.c0[i_star]) AS n_up,
        h.ks[arrayFirstIndex(x -> x >= h.n - toUInt64(ceil(0.3173 * n_up)) + 1, h.cs)] / 100 - b_star AS sigma
@@ -469,9 +481,7 @@ storage AS (
         SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, read_sum,
                psi_max, times
         FROM {rollup_storage}
-        WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes)
-          AND window_start >= toDateTime(intDiv((SELECT lo - skew FROM tmp_span), {W}) * {W} / 1000, 'UTC')
-          AND window_start < toDateTime((intDiv((SELECT hi + skew FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')
+        WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {rollup_span}
         UNION ALL
         SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}), read_sum,
                psi_max, times
@@ -497,9 +507,7 @@ net AS (
             SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, rows,
                    xmit_wait_milli, xmit_wait_n, ecn_milli, ecn_n, cnp_milli, line_micro, line_n
             FROM {rollup_nic}
-            WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes)
-              AND window_start >= toDateTime(intDiv((SELECT lo - skew FROM tmp_span), {W}) * {W} / 1000, 'UTC')
-              AND window_start < toDateTime((intDiv((SELECT hi + skew FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')
+            WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {rollup_span}
             UNION ALL
             SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}), rows,
                    xmit_wait_milli, xmit_wait_n, ecn_milli, ecn_n, cnp_milli, line_micro, line_n
@@ -623,15 +631,15 @@ WHERE ratio >= 1 + {straggler_min_slowdown}
 INSERT INTO tmp_straggler_windows
 WITH
 per_window AS (
-    SELECT r.job_id AS job_id, r.wi AS wi, any(h.b_star) AS bs, any(h.sigma) AS sigma, count() AS gpus,
+    SELECT any(r.job_id) AS job_id, r.wi AS wi, any(h.b_star) AS bs, any(h.sigma) AS sigma, count() AS gpus,
            arraySort(x -> (-x.3, x.1, x.2), groupArray((r.node, r.gpu, r.b, r.n))) AS ranked,
            ranked[1] AS top, quantileExactLow(0.5)(r.b) AS m,
            arraySort(arrayMap(x -> abs(x.3 - m), ranked))[toUInt64(intDiv(gpus + 1, 2))] AS mad,
            {noise_z} * sqrt(2) * 1.4826 * mad AS band,
            arrayFilter(x -> x.3 >= least(top.3 - band, (top.3 + m) / 2), ranked) AS busy
-    FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.job_id = h.job_id
+    FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.jn = h.jn
     WHERE r.job_id NOT IN (SELECT job_id FROM tmp_step_split)
-    GROUP BY r.job_id, r.wi
+    GROUP BY r.jn, r.wi
 )
 SELECT job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, toString(top.1) AS node,
        toInt32(if(length(busy) = 1, top.2, -1)) AS gpu, toFloat64(top.3 / m) AS ratio, toUInt64(0) AS steps,
@@ -672,7 +680,7 @@ INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_ste
 --    {noise_z} x the noise of the window's live mean (sigma / sqrt(live seconds)) over b* where that is
 --    larger, so noise alone never makes a loss. The dead seconds are read off the window's levels (keys).
 CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS
-SELECT job_id, node, gpu, wi, n,
+SELECT job_id, node, gpu, slot, jn, nn, wi, n,
        greatest(ifNull(b_star, 0), 1e-6) AS bs,
        greatest({stalled_second_fraction} * bs, {noise_z} * sigma) * 100 AS dead_key,
        toUInt64(arrayCount(k -> k < dead_key, keys)) AS n_dead,
@@ -681,7 +689,7 @@ SELECT job_id, node, gpu, wi, n,
        greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(greatest(1, n - n_dead)) / bs) AS tolerance,
        if(1 - b_live / bs < tolerance, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
        (n_dead + (n - n_dead) * l_live) / n AS l
-FROM tmp_run_gpu INNER JOIN tmp_healthy USING job_id
+FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, b_star, sigma FROM tmp_healthy) AS h ON r.jn = h.jn
 ;;
 -- 11a. Each (job, node)'s evidence level while healthy: the (lower) median strength of each kind over the
 --    windows in which none of the job's GPUs on the node lost anything, given at least
@@ -692,7 +700,7 @@ CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = Memory AS
 SELECT h.job_id AS job_id, h.node AS node,
        quantileExactLow(0.5)(ifNull(e.s_d, 0)) AS base_d, quantileExactLow(0.5)(ifNull(e.s_c, 0)) AS base_c,
        toUInt8(1) AS known
-FROM (SELECT job_id, node, wi FROM tmp_loss GROUP BY job_id, node, wi HAVING max(l) = 0) AS h
+FROM (SELECT any(job_id) AS job_id, any(node) AS node, wi FROM tmp_loss GROUP BY jn, nn, wi HAVING max(l) = 0) AS h
 LEFT JOIN tmp_node_evidence AS e ON h.node = e.node AND h.wi = e.wi
 GROUP BY h.job_id, h.node
 HAVING count() >= {evidence_baseline_windows}
@@ -746,7 +754,7 @@ SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
                concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
                       '% of its threshold, risen with the stall)'), ''))) AS c_why
 FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
-LEFT JOIN tmp_loss AS g ON w.job_id = g.job_id AND w.node = g.node AND w.gpu = g.gpu AND w.wi = g.wi
+LEFT JOIN tmp_loss AS g ON w.slot = g.slot AND w.wi = g.wi
 LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
 LEFT JOIN tmp_evidence_base AS b ON w.job_id = b.job_id AND w.node = b.node
 LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi

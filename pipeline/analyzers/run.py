@@ -40,6 +40,7 @@ TEMP_TABLES = (
     "tmp_start",
     "tmp_lifecycle",
     "tmp_segments",
+    "tmp_slots",
     "tmp_pieces",
     "tmp_piece_windows",
     "tmp_run_gpu",
@@ -226,12 +227,19 @@ RAW_WINDOWS = (
 (FINAL), each filed at ts - its node's clock offset, over whole windows of the run's span."""
 
 
+ROLLUP_SPAN = (
+    "window_start >= toDateTime(intDiv((SELECT lo - skew FROM tmp_span), {W}) * {W} / 1000, 'UTC') "
+    "AND window_start < "
+    "toDateTime((intDiv((SELECT hi + skew FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC')"
+)
+"""{rollup_span}: the rollup rows over whole windows of the run's span (its jobs' allocations, widened by
+the largest clock offset corrected, as the raw rows' reads are), spelt once for every read of a rollup."""
+
+
 GPU_WINDOWS = (
     "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
     "n, bsum, thr, samples FROM {rollup} WHERE cluster = '{cluster}' AND {rollups} "
-    "AND node NOT IN (SELECT node FROM tmp_raw_nodes) "
-    "AND window_start >= toDateTime(intDiv((SELECT lo FROM tmp_span), {W}) * {W} / 1000, 'UTC') "
-    "AND window_start < toDateTime((intDiv((SELECT hi FROM tmp_span) - 1, {W}) + 1) * {W} / 1000, 'UTC') "
+    "AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {span} "
     "UNION ALL "
     "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
     "n, bsum, thr, samples FROM ({raw})"
@@ -255,6 +263,7 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
             GPU_WINDOWS.format(
                 rollup=catalog.ROLLUP_TABLES[kind],
                 raw=raw,
+                span=params["rollup_span"],
                 **{k: params[k] for k in ("cluster", "rollups", "W")},
             ),
             run_id,
@@ -366,6 +375,7 @@ def run(
         "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
     }
     params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
+    params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
     for kind in catalog.ROLLUP_TABLES:
         params.update(rollup_params(kind, params, run_id))
     try:
