@@ -18,7 +18,8 @@ Each measurement runs in a fresh process, so its peak RSS is its own: `goodput a
 day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity over the same raw GPU
 rows; with --raw also the analyzers reading every node's raw rows instead of the rollups (what they did
 before the rollups, and do for nodes with a clock offset or a duplicate). Printed: min / median / max
-seconds of each, the ratios of medians, peak RSS, rows, and the time per statement of the last run.
+seconds of each, the median CPU-seconds (user + system of the process: steadier than wall time on a
+shared machine), the ratios of medians, peak RSS, rows, and the time per statement of the last run.
 """
 
 from __future__ import annotations
@@ -218,6 +219,16 @@ def build(path: Path, gpus: int, hours: float) -> dict:
     return meta
 
 
+def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False) -> dict:
+    """The store at `path` as built before (its marker's figures), or built now."""
+    if rebuild or not (path / MARKER).exists():
+        if path.exists():
+            subprocess.run(["rm", "-rf", str(path)], check=True)
+        print(f"building {path} ...", file=sys.stderr, flush=True)
+        return build(path, gpus, hours)
+    return json.loads((path / MARKER).read_text())
+
+
 MEASURE = """
 import json, re, resource, sys, time
 sys.path.insert(0, {root!r})
@@ -227,7 +238,7 @@ from pipeline.analyzers import run as analyzers
 from pipeline.chdb_store import ChdbStore
 meta = json.loads({meta!r})
 store = ChdbStore({path!r})
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.process_time()
 steps = []
 if {what!r}.startswith("analyze"):
     execute = store.execute
@@ -242,10 +253,10 @@ if {what!r}.startswith("analyze"):
 else:
     store.query_arrow("SELECT count() AS n FROM (SELECT node, gpu, intDiv(toUnixTimestamp64Milli(ts), 10000) "
                       "AS w, avg(sm_active_pct) AS b FROM raw_gpu GROUP BY node, gpu, w)")
-took = time.perf_counter() - t
+took, cpu = time.perf_counter() - t, time.process_time() - cpu
 store.close()
-print(json.dumps({{"s": took, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "steps": steps}}))
+rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps}}))
 """
 
 
@@ -270,13 +281,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     path = args.store or Path.home() / ".cache" / "goodput" / f"bench-analyze-{args.gpus}g-{args.hours:g}h"
-    if args.rebuild or not (path / MARKER).exists():
-        if path.exists():
-            subprocess.run(["rm", "-rf", str(path)], check=True)
-        print(f"building {path} ...", file=sys.stderr, flush=True)
-        meta = build(path, args.gpus, args.hours)
-    else:
-        meta = json.loads((path / MARKER).read_text())
+    meta = load_or_build(path, args.gpus, args.hours, rebuild=args.rebuild)
     print(
         f"data: {meta['gpus']} GPUs x {meta['hours']:g} h, {meta['jobs']} jobs, rows {meta['rows']}, "
         f"built in {meta['build_s']} s"
@@ -287,7 +292,7 @@ def main() -> int:
         for i in range(args.repeat):
             runs.append(measure(path, meta, what))
             print(
-                f"  {what} {i + 1}/{args.repeat}: {runs[-1]['s']:.2f} s, "
+                f"  {what} {i + 1}/{args.repeat}: {runs[-1]['s']:.2f} s ({runs[-1]['cpu_s']:.1f} CPU-s), "
                 f"peak RSS {runs[-1]['rss_mb']:.0f} MB",
                 file=sys.stderr,
                 flush=True,
@@ -297,11 +302,12 @@ def main() -> int:
             "min_s": secs[0],
             "median_s": statistics.median(secs),
             "max_s": secs[-1],
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
             "peak_rss_mb": max(r["rss_mb"] for r in runs),
         }
         print(
             f"{what:8s} min {secs[0]:.2f} s  median {statistics.median(secs):.2f} s  max {secs[-1]:.2f} s  "
-            f"peak RSS {result[what]['peak_rss_mb']:.0f} MB"
+            f"median {result[what]['median_cpu_s']:.1f} CPU-s  peak RSS {result[what]['peak_rss_mb']:.0f} MB"
         )
         result[what]["steps"] = runs[-1]["steps"]
     ratio = result["analyze"]["median_s"] / result["bare"]["median_s"]
