@@ -516,13 +516,14 @@ net AS (
         GROUP BY node, device, port, wi
     ) GROUP BY node, wi
 )
-SELECT node, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
+SELECT node, nn, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
        if(s_pool >= s_psi, concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)),
                                   '% of its ceiling'),
           concat('I/O pressure ', toString(round(psi)), '% on ', node)) AS storage_why,
        if(s_congestion >= s_line, concat('fabric congestion at ', node), concat('NIC line rate at ', node)) AS net_why
 FROM (
-    SELECT coalesce(s.node, n.node) AS node, coalesce(s.wi, n.wi) AS wi, ifNull(d.pool, '') AS pool,
+    SELECT coalesce(s.node, n.node) AS node, ifNull(k.nn, toUInt32(0)) AS nn, coalesce(s.wi, n.wi) AS wi,
+           ifNull(d.pool, '') AS pool,
            ifNull(ps.ratio, 0) AS pool_ratio, ifNull(s.psi, 0) AS psi,
            if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= {storage_reader_fraction} * ps.mean_read,
               pool_ratio / {storage_saturation}, 0) AS s_pool,
@@ -535,14 +536,15 @@ FROM (
     FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
     LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
     LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi
+    LEFT JOIN (SELECT DISTINCT node, nn FROM tmp_slots) AS k ON coalesce(s.node, n.node) = k.node
 )
 SETTINGS join_use_nulls = 1
 ;;
 -- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
 CREATE OR REPLACE TABLE tmp_stragglers ENGINE = Memory AS
-SELECT job_id, wi, arraySort(groupArrayIf((node, gpu), bitAnd(thr, {straggler_mask}) != 0))[1] AS first,
+SELECT any(job_id) AS job_id, jn, wi, arraySort(groupArray((node, gpu)))[1] AS first,
        concat('straggler ', first.1, ' GPU ', toString(first.2)) AS why
-FROM tmp_run_gpu GROUP BY job_id, wi HAVING countIf(bitAnd(thr, {straggler_mask}) != 0) > 0
+FROM tmp_run_gpu WHERE bitAnd(thr, {straggler_mask}) != 0 GROUP BY jn, wi
 ;;
 -- 10a. The training loop's own account, where ranks report step events: per (job, window), the share of
 --    the reporting ranks' step time spent waiting for data and for communication *beyond the job's
@@ -697,12 +699,12 @@ FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, b_star, sigma FROM tmp_healthy) AS 
 --    {evidence_floor} of it and {evidence_rise} x that level has evidence all the same: the signal rose
 --    with the stall (a fixed threshold cannot get both sides of its edge right).
 CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = Memory AS
-SELECT h.job_id AS job_id, h.node AS node,
+SELECT any(h.job_id) AS job_id, any(h.node) AS node, h.jn AS jn, h.nn AS nn,
        quantileExactLow(0.5)(ifNull(e.s_d, 0)) AS base_d, quantileExactLow(0.5)(ifNull(e.s_c, 0)) AS base_c,
        toUInt8(1) AS known
-FROM (SELECT any(job_id) AS job_id, any(node) AS node, wi FROM tmp_loss GROUP BY jn, nn, wi HAVING max(l) = 0) AS h
-LEFT JOIN tmp_node_evidence AS e ON h.node = e.node AND h.wi = e.wi
-GROUP BY h.job_id, h.node
+FROM (SELECT any(job_id) AS job_id, any(node) AS node, jn, nn, wi FROM tmp_loss GROUP BY jn, nn, wi HAVING max(l) = 0) AS h
+LEFT JOIN tmp_node_evidence AS e ON h.nn = e.nn AND h.wi = e.wi
+GROUP BY h.jn, h.nn
 HAVING count() >= {evidence_baseline_windows}
 SETTINGS join_use_nulls = 1
 ;;
@@ -741,10 +743,12 @@ SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
                if('{evidence_split}' = 'even', 0.5, s_d / (s_d + s_c)), d_ev, 1.0, 0.0) AS p_data,
        multiIf(by_steps, f_comm / f_step, c_ev, 1.0 - p_data, 0.0) AS p_comm,
        if(by_steps OR d_ev OR c_ev, 0.0, 1.0) AS p_idle,
-       if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
-          concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
-                 '% of its threshold, risen with the stall)'), ''))) AS d_why,
-       multiIf(blamed AND step_episode,
+       if(l = 0 OR p_data = 0, '',  -- the reasons of the seconds lost only: most are not
+          if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
+             concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
+                    '% of its threshold, risen with the stall)'), '')))) AS d_why,
+       multiIf(l = 0 OR p_comm = 0, '',
+               blamed AND step_episode,
                    concat('straggler ', sg.node, ' GPU ', toString(sg.gpu), ' (rank ', toString(sg.rank), ', ',
                           toString(round((sg.ratio - 1) * 100, 1)), '% slower)'),
                by_steps, concat('step events of ', toString(sp.ranks), ' ranks: communication wait'),
@@ -755,9 +759,9 @@ SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
                       '% of its threshold, risen with the stall)'), ''))) AS c_why
 FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
 LEFT JOIN tmp_loss AS g ON w.slot = g.slot AND w.wi = g.wi
-LEFT JOIN tmp_node_evidence AS e ON w.node = e.node AND w.wi = e.wi
-LEFT JOIN tmp_evidence_base AS b ON w.job_id = b.job_id AND w.node = b.node
-LEFT JOIN tmp_stragglers AS st ON w.job_id = st.job_id AND w.wi = st.wi
+LEFT JOIN tmp_node_evidence AS e ON w.nn = e.nn AND w.wi = e.wi
+LEFT JOIN tmp_evidence_base AS b ON w.jn = b.jn AND w.nn = b.nn
+LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
 LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
 LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
                   sw.gpu AS gpu, e.wi_lo AS wi_lo, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
