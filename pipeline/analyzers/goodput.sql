@@ -468,53 +468,44 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 --    ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any port of the node
 --    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
 --    evidence (at or above threshold, or risen with the stall: 11a). Read from the NIC and storage rollups
---    or the same sums over the raw rows (3e); rates are averaged from integer sums (milli-units).
+--    or the same sums over the raw rows (3e); rates are averaged from integer sums (milli-units). Each
+--    node's storage per window first (tmp_node_storage), as both the pool's sum and the node's own
+--    signal read it; a NIC port's sums per window come from {nic_ports} (run.py).
+CREATE OR REPLACE TABLE tmp_node_storage ENGINE = Memory AS
+SELECT node, wi,
+       sumIf(read_sum, source IN ('nfs', 'lustre'))
+           / greatest(1, length(groupUniqArrayArrayIf(arrayMap(x -> ws + x, times), source IN ('nfs', 'lustre'))))
+           AS read_rate,
+       maxIf(psi_max, source = 'psi') AS psi
+FROM (
+    SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, read_sum,
+           psi_max, times
+    FROM {rollup_storage}
+    WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {rollup_span}
+    UNION ALL
+    SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}), read_sum,
+           psi_max, times
+    FROM ({raw_storage_windows})
+)
+GROUP BY node, wi
+;;
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
 WITH
-storage AS (
-    SELECT node, wi,
-           sumIf(read_sum, source IN ('nfs', 'lustre'))
-               / greatest(1, length(groupUniqArrayArrayIf(arrayMap(x -> ws + x, times), source IN ('nfs', 'lustre'))))
-               AS read_rate,
-           maxIf(psi_max, source = 'psi') AS psi
-    FROM (
-        SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, read_sum,
-               psi_max, times
-        FROM {rollup_storage}
-        WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {rollup_span}
-        UNION ALL
-        SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}), read_sum,
-               psi_max, times
-        FROM ({raw_storage_windows})
-    )
-    GROUP BY node, wi
-),
 pool_storage AS (
     SELECT d.pool AS pool, s.wi AS wi, sum(s.read_rate) / any(p.storage_ceiling_bytes_per_s) AS ratio,
            sum(s.read_rate) / greatest(1, any(p.nodes)) AS mean_read
-    FROM storage AS s INNER JOIN dim_nodes AS d ON s.node = d.node
+    FROM tmp_node_storage AS s INNER JOIN dim_nodes AS d ON s.node = d.node
     INNER JOIN dim_pools AS p ON d.pool = p.pool
     GROUP BY pool, wi
 ),
 net AS (
-    SELECT node, wi, max(xw) AS xmit_wait, max(ecn) AS ecn, max(cnp) AS cnp, max(frac) AS line_frac FROM (
-        SELECT node, device, port, wi,
-               if(sum(xmit_wait_n) > 0, sum(xmit_wait_milli) / sum(xmit_wait_n) / 1000, NULL) AS xw,
-               if(sum(ecn_n) > 0, sum(ecn_milli) / sum(ecn_n) / 1000, NULL) AS ecn,
-               sum(cnp_milli) / sum(rows) / 1000 AS cnp,
-               if(sum(line_n) > 0, sum(line_micro) / sum(line_n) / 1e6, NULL) AS frac
-        FROM (
-            SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, rows,
-                   xmit_wait_milli, xmit_wait_n, ecn_milli, ecn_n, cnp_milli, line_micro, line_n
-            FROM {rollup_nic}
-            WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {rollup_span}
-            UNION ALL
-            SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}), rows,
-                   xmit_wait_milli, xmit_wait_n, ecn_milli, ecn_n, cnp_milli, line_micro, line_n
-            FROM ({raw_nic_windows})
-        )
-        GROUP BY node, device, port, wi
-    ) GROUP BY node, wi
+    SELECT node, wi,
+           max(if(xmit_wait_n > 0, xmit_wait_milli / xmit_wait_n / 1000, NULL)) AS xmit_wait,
+           max(if(ecn_n > 0, ecn_milli / ecn_n / 1000, NULL)) AS ecn,
+           max(cnp_milli / rows / 1000) AS cnp,
+           max(if(line_n > 0, line_micro / line_n / 1e6, NULL)) AS line_frac
+    FROM ({nic_ports})
+    GROUP BY node, wi
 )
 SELECT node, nn, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
        if(s_pool >= s_psi, concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)),
@@ -532,7 +523,7 @@ FROM (
                     ifNull(n.ecn, 0) / greatest({ecn_marked_per_s}, 1e-9),
                     ifNull(n.cnp, 0) / greatest({cnp_per_s}, 1e-9)) AS s_congestion,
            ifNull(n.line_frac, 0) / {nic_line_rate_fraction} AS s_line
-    FROM storage AS s
+    FROM tmp_node_storage AS s
     FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
     LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
     LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi

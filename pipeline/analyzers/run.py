@@ -46,6 +46,7 @@ TEMP_TABLES = (
     "tmp_run_gpu",
     "tmp_healthy_hist",
     "tmp_healthy",
+    "tmp_node_storage",
     "tmp_node_evidence",
     "tmp_stragglers",
     "tmp_step_split",
@@ -248,9 +249,24 @@ GPU_WINDOWS = (
 same sums over their raw rows (per window of W); `ws` is the row's window start (ms), `wi` its window of W."""
 
 
+NIC_PORTS = (
+    "SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, {columns} "
+    "FROM {rollup} {final} WHERE cluster = '{cluster}' AND {rollups} "
+    "AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {span} {group} "
+    "UNION ALL "
+    "SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}), {raw_columns} "
+    "FROM ({raw})"
+)
+"""{nic_ports}: one row per NIC port and window of W with its sums, from its rollup rows or, for step 3e's
+nodes, from its raw rows. Windows of the rollup's own 10 s read the rollup FINAL (its parts merged per
+port and window as they are read, in sort order), which costs half a GROUP BY of its 9 M keys a day;
+longer windows sum their 10 s rows per port."""
+
+
 def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     """{rollup_<kind>} (the rollup table) and {raw_<kind>_windows}: the rollup's sums over the raw rows
-    of step 3e's nodes (ddl.rollup_select, per window of W), so both sources give one shape of row."""
+    of step 3e's nodes (ddl.rollup_select, per window of W), so both sources give one shape of row; for
+    the NIC and GPU kinds also both sources in one, {nic_ports} and {gpu_windows}."""
     source = RAW_WINDOWS.format(
         offset=NODE_OFFSET_MS,
         raw=catalog.RAW_TABLES[kind],
@@ -258,6 +274,22 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     )
     raw = temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id)
     out = {f"rollup_{kind}": catalog.ROLLUP_TABLES[kind], f"raw_{kind}_windows": raw}
+    if kind == "nic":
+        columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
+        whole = int(params["W"]) == ddl.R_MS
+        out["nic_ports"] = temp_names(
+            NIC_PORTS.format(
+                columns=", ".join(columns if whole else (f"sum({c}) AS {c}" for c in columns)),
+                final="FINAL" if whole else "",
+                group="" if whole else "GROUP BY node, device, port, wi",
+                raw_columns=", ".join(columns),
+                rollup=catalog.ROLLUP_TABLES[kind],
+                raw=raw,
+                span=params["rollup_span"],
+                **{k: params[k] for k in ("cluster", "rollups", "W")},
+            ),
+            run_id,
+        )
     if kind == "gpu":
         out["gpu_windows"] = temp_names(
             GPU_WINDOWS.format(

@@ -107,6 +107,38 @@ def test_a_window_no_multiple_of_10_s_reads_the_raw_rows_and_classifies_the_same
     assert fifteen["productive"] == pytest.approx(ten["productive"], rel=0.02)
 
 
+def test_a_window_of_several_rollup_windows_gives_the_tables_the_raw_rows_give(sc):
+    """A 30 s window sums three 10 s rollup rows per GPU and per NIC port (goodput.sql 7, and 9 through
+    {nic_ports}, which reads 10 s windows FINAL instead): the same tables, byte for byte, as reading
+    every node's raw rows at 30 s."""
+    cluster_day(sc)
+    d = dict(job_id="d", account="llm")  # stalls in (300, 330] while one port of N1 congests for 10 s of it
+    sc.job(dict(t=99, event="submitted", gpus_requested=2, **d))
+    sc.job(
+        dict(t=100, event="allocated", node=N1, gpu_indices=[2, 3], **d),
+        dict(t=100, event="gang_complete", **d),
+    )
+    sc.job(dict(t=105, event="running", **d), dict(t=500, event="completed", **d))
+    sc.job(dict(t=500, event="released", node=N1, gpu_indices=[2, 3], **d))
+    sc.gpu(N1, [2, 3], 100, 500, lambda s, g: 15.0 if 300 < s <= 330 else 90.0 - (s % 7))
+    port = dict(device="mlx5_0", port=1, link_layer="InfiniBand")
+    threshold = sc.cfg.analyzer.xmit_wait_per_s
+    for t0, t1, level in ((100, 300, 0.0), (300, 310, 2.4), (310, 500, 0.0)):
+        sc.rows("nic", N1, t0, t1, xmit_wait_per_s=level * threshold, **port)  # 0.8 of it over (300, 330]
+    sc.load()
+    sc.cfg = msgspec.structs.replace(sc.cfg, analyzer=msgspec.structs.replace(sc.cfg.analyzer, window_s=30.0))
+    dumps = []
+    for rollups in (sc.rollups, not sc.rollups):
+        sc.rollups = rollups
+        sc.analyze(0, 1000)
+        dumps.append(sc.dump())
+    evidence = sc.store.query_arrow(
+        "SELECT groupUniqArray(category) AS c FROM goodput_windows WHERE window_s = 30 AND evidence != ''"
+    ).to_pylist()[0]["c"]
+    assert {"comm_stall", "data_stall"} <= set(evidence)  # the NIC and storage rollups were read
+    assert dumps[0] == dumps[1]
+
+
 def _forget_rollups(store) -> None:
     """The store as version 1 left it: no rollups, no views, version 2 not recorded."""
     for table in ROLLUPS:
