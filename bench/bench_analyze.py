@@ -266,6 +266,29 @@ def measure(path: Path, meta: dict, what: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def repeat(path: Path, meta: dict, what: str, times: int) -> dict:
+    """`what` measured `times` times, each in a fresh process: min / median / max seconds, the median
+    CPU-seconds, the peak RSS, and the last run's time per statement."""
+    runs = []
+    for i in range(times):
+        runs.append(measure(path, meta, what))
+        print(
+            f"  {meta['gpus']} GPUs x {meta['hours']:g} h, {what} {i + 1}/{times}: {runs[-1]['s']:.2f} s "
+            f"({runs[-1]['cpu_s']:.1f} CPU-s), peak RSS {runs[-1]['rss_mb']:.0f} MB",
+            file=sys.stderr,
+            flush=True,
+        )
+    secs = sorted(r["s"] for r in runs)
+    return {
+        "min_s": secs[0],
+        "median_s": statistics.median(secs),
+        "max_s": secs[-1],
+        "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
+        "peak_rss_mb": max(r["rss_mb"] for r in runs),
+        "steps": runs[-1]["steps"],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=1024)
@@ -288,28 +311,12 @@ def main() -> int:
     )
     result: dict = {"data": meta}
     for what in ("bare", "analyze") + (("analyze_raw",) if args.raw else ()):
-        runs = []
-        for i in range(args.repeat):
-            runs.append(measure(path, meta, what))
-            print(
-                f"  {what} {i + 1}/{args.repeat}: {runs[-1]['s']:.2f} s ({runs[-1]['cpu_s']:.1f} CPU-s), "
-                f"peak RSS {runs[-1]['rss_mb']:.0f} MB",
-                file=sys.stderr,
-                flush=True,
-            )
-        secs = sorted(r["s"] for r in runs)
-        result[what] = {
-            "min_s": secs[0],
-            "median_s": statistics.median(secs),
-            "max_s": secs[-1],
-            "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
-            "peak_rss_mb": max(r["rss_mb"] for r in runs),
-        }
+        result[what] = repeat(path, meta, what, args.repeat)
         print(
-            f"{what:8s} min {secs[0]:.2f} s  median {statistics.median(secs):.2f} s  max {secs[-1]:.2f} s  "
-            f"median {result[what]['median_cpu_s']:.1f} CPU-s  peak RSS {result[what]['peak_rss_mb']:.0f} MB"
+            f"{what:8s} min {result[what]['min_s']:.2f} s  median {result[what]['median_s']:.2f} s  "
+            f"max {result[what]['max_s']:.2f} s  median {result[what]['median_cpu_s']:.1f} CPU-s  "
+            f"peak RSS {result[what]['peak_rss_mb']:.0f} MB"
         )
-        result[what]["steps"] = runs[-1]["steps"]
     ratio = result["analyze"]["median_s"] / result["bare"]["median_s"]
     result["ratio"] = ratio
     print(

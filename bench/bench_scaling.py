@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -50,17 +49,7 @@ def main() -> int:
         meta = bench_analyze.load_or_build(path, gpus, hours)
         gpu_days = meta["gpus"] * meta["hours"] / 24
         bare = bench_analyze.measure(path, meta, "bare")
-        runs = []
-        for i in range(args.repeat):
-            runs.append(bench_analyze.measure(path, meta, "analyze"))
-            print(
-                f"  {gpus} GPUs x {hours:g} h, analyze {i + 1}/{args.repeat}: {runs[-1]['s']:.2f} s "
-                f"({runs[-1]['cpu_s']:.1f} CPU-s)",
-                file=sys.stderr,
-                flush=True,
-            )
-        secs = sorted(r["s"] for r in runs)
-        cpu = statistics.median(r["cpu_s"] for r in runs)
+        analyze = bench_analyze.repeat(path, meta, "analyze", args.repeat)
         rows.append(
             {
                 "gpus": meta["gpus"],
@@ -69,13 +58,9 @@ def main() -> int:
                 "gpu_rows": meta["rows"]["raw_gpu"],
                 "build_s": meta["build_s"],
                 "bare_s": bare["s"],
-                "min_s": secs[0],
-                "median_s": statistics.median(secs),
-                "max_s": secs[-1],
-                "median_cpu_s": cpu,
-                "ms_per_gpu_day": statistics.median(secs) / gpu_days * 1000,
-                "cpu_ms_per_gpu_day": cpu / gpu_days * 1000,
-                "peak_rss_mb": max(r["rss_mb"] for r in runs),
+                **{k: v for k, v in analyze.items() if k != "steps"},
+                "ms_per_gpu_day": analyze["median_s"] / gpu_days * 1000,
+                "cpu_ms_per_gpu_day": analyze["median_cpu_s"] / gpu_days * 1000,
             }
         )
     base = rows[0]["cpu_ms_per_gpu_day"]
