@@ -11,8 +11,9 @@ number of GPUs, nodes and jobs the analysis joins and groups, not the rows it re
 this machine's memory. Linear means the same cost per GPU-day at every size.
 
 Printed per size: analyze wall time (min / median / max of --repeat fresh processes), median CPU-seconds,
-ms and CPU-ms per GPU-day, peak RSS, and each size's CPU cost per GPU-day against the first size's;
-the bare GROUP BY of bench_analyze is the reference in each store.
+ms and CPU-ms per GPU-day, each size's CPU cost per GPU-day against the first size's, the ratio to the
+bare GROUP BY of bench_analyze over the same store (one run), and peak RSS; the JSON also holds each
+size's slowest statements.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def main() -> int:
                 "build_s": meta["build_s"],
                 "bare_s": bare["s"],
                 **{k: v for k, v in analyze.items() if k != "steps"},
+                "vs_bare": analyze["median_s"] / bare["s"],
+                "slowest": sorted(analyze["steps"], key=lambda step: -step[1])[:5],
                 "ms_per_gpu_day": analyze["median_s"] / gpu_days * 1000,
                 "cpu_ms_per_gpu_day": analyze["median_cpu_s"] / gpu_days * 1000,
             }
@@ -67,7 +70,7 @@ def main() -> int:
     print(
         f"{'GPUs':>6} {'hours':>5} {'jobs':>5} {'GPU rows':>10} {'bare s':>7} "
         f"{'analyze s (min/med/max)':>24} {'CPU-s':>6} {'ms/GPU-day':>10} {'CPU-ms/GPU-day':>14} "
-        f"{'vs first':>8} {'RSS MB':>7}"
+        f"{'vs first':>8} {'vs bare':>7} {'RSS MB':>7}"
     )
     for r in rows:
         r["cpu_vs_first"] = r["cpu_ms_per_gpu_day"] / base
@@ -75,7 +78,8 @@ def main() -> int:
         print(
             f"{r['gpus']:>6} {r['hours']:>5g} {r['jobs']:>5} {r['gpu_rows']:>10} {r['bare_s']:>7.1f} "
             f"{span:>24} {r['median_cpu_s']:>6.1f} {r['ms_per_gpu_day']:>10.1f} "
-            f"{r['cpu_ms_per_gpu_day']:>14.1f} {r['cpu_vs_first']:>7.2f}x {r['peak_rss_mb']:>7.0f}"
+            f"{r['cpu_ms_per_gpu_day']:>14.1f} {r['cpu_vs_first']:>7.2f}x {r['vs_bare']:>6.1f}x "
+            f"{r['peak_rss_mb']:>7.0f}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
