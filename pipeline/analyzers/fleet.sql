@@ -172,11 +172,9 @@ SETTINGS join_use_nulls = 1
 --    idle_reclaim_after_s under window_s + 1 s), so it lies between two windows of its allocation that
 --    hold an active sample and are consecutive among such windows (or the allocation's edges), in a gap
 --    long enough to hold it; its ends are the first and last idle samples between the last active sample
---    of the one and the first of the other.
-DELETE FROM {delete_from[idle_allocations]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
-;;
-INSERT INTO idle_allocations (cluster, job_id, team, pool, node, gpu, idle_from, idle_to, idle_s, reclaimable_s,
-                              gpu_hours)
+--    of the one and the first of the other. The gaps are found first (tmp_idle_gaps: one pass over the
+--    day's rows), and the samples read again only in their windows.
+CREATE OR REPLACE TABLE tmp_idle_gaps ENGINE = Memory AS
 WITH
 rolled AS ({gpu_windows}),
 held AS (SELECT job_id, node, gpu, a0, a1 FROM tmp_alloc WHERE a1 > a0),
@@ -194,27 +192,31 @@ marked AS (  -- each row's samples in an allocation, (t, active): the one holdin
             ON r.node = p.node AND r.gpu = p.gpu AND r.wi = p.wi
     )
     WHERE notEmpty(m)
-),
-gaps AS (  -- consecutive windows with an active sample, the allocation's edges standing in at either end
-    SELECT job_id, node, gpu, a0, a1, g.1 AS w1, g.2 AS w2
-    FROM (
-        SELECT job_id, node, gpu, a0, a1, arraySort(groupUniqArrayIf(wi, arrayExists(x -> x.2, m))) AS aw
-        FROM marked WHERE notEmpty(m) GROUP BY job_id, node, gpu, a0, a1
+)
+-- consecutive windows with an active sample, the allocation's edges standing in at either end
+SELECT job_id, node, gpu, a0, a1, g.1 AS w1, g.2 AS w2
+FROM (
+    SELECT job_id, node, gpu, a0, a1, arraySort(groupUniqArrayIf(wi, arrayExists(x -> x.2, m))) AS aw
+    FROM marked GROUP BY job_id, node, gpu, a0, a1
+)
+ARRAY JOIN arrayZip(arrayPushFront(aw, intDiv(a0, {W}) - 1), arrayPushBack(aw, intDiv(a1 - 1, {W}) + 1)) AS g
+WHERE (g.2 - g.1 + 1) * {W} + 1000 >= {idle_after_ms}
+;;
+DELETE FROM {delete_from[idle_allocations]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
+;;
+INSERT INTO idle_allocations (cluster, job_id, team, pool, node, gpu, idle_from, idle_to, idle_s, reclaimable_s,
+                              gpu_hours)
+WITH
+rolled AS ({gpu_windows}),
+in_gap AS (  -- the samples of each gap's windows in its allocation, its bounding windows included
+    SELECT * FROM (
+        SELECT g.job_id AS job_id, g.node AS node, g.gpu AS gpu, g.a0 AS a0, g.a1 AS a1, g.w1 AS w1, g.w2 AS w2,
+               r.wi AS wi, arrayFilter(x -> x.1 >= g.a0 AND x.1 < g.a1,
+                                       arrayMap(x -> (r.ws + x.1, x.2 > {idle_busy_milli}), r.samples)) AS m
+        FROM rolled AS r INNER JOIN tmp_idle_gaps AS g ON r.node = g.node AND r.gpu = g.gpu
+        WHERE r.wi >= g.w1 AND r.wi <= g.w2
     )
-    ARRAY JOIN arrayZip(arrayPushFront(aw, intDiv(a0, {W}) - 1), arrayPushBack(aw, intDiv(a1 - 1, {W}) + 1)) AS g
-    WHERE (g.2 - g.1 + 1) * {W} + 1000 >= {idle_after_ms}
-),
-in_gap AS (  -- the rows of each gap's windows: from its first window up to (not) its last, and its last
-    SELECT g.job_id AS job_id, g.node AS node, g.gpu AS gpu, g.a0 AS a0, g.a1 AS a1, g.w1 AS w1, g.w2 AS w2,
-           r.wi AS wi, r.m AS m
-    FROM marked AS r
-    ASOF INNER JOIN gaps AS g
-        ON r.job_id = g.job_id AND r.node = g.node AND r.gpu = g.gpu AND r.a0 = g.a0 AND r.wi >= g.w1
-    WHERE r.wi < g.w2
-    UNION ALL
-    SELECT g.job_id, g.node, g.gpu, g.a0, g.a1, g.w1, g.w2, r.wi, r.m
-    FROM marked AS r
-    INNER JOIN gaps AS g ON r.job_id = g.job_id AND r.node = g.node AND r.gpu = g.gpu AND r.a0 = g.a0 AND r.wi = g.w2
+    WHERE notEmpty(m)
 ),
 s AS (  -- per gap: the samples of its two bounding windows, the range of the idle ones in between
     SELECT job_id, node, gpu, a0, a1,

@@ -56,6 +56,7 @@ TEMP_TABLES = (
     "tmp_evidence_base",
     "tmp_run_split",
     "tmp_classified",
+    "tmp_idle_gaps",
 )
 OUTPUT_TABLES = (
     catalog.GOODPUT_WINDOWS,
