@@ -408,9 +408,8 @@ cut AS (
            arrayMap(x -> toInt32(round(x.2 / 10)), kept) AS keys
     FROM rolled AS r INNER JOIN edges AS e ON r.node = e.node AND r.gpu = e.gpu AND r.wi = e.wi
 )
-SELECT s.job_id AS job_id, s.node AS node, s.gpu AS gpu, g.slot AS slot, s.jn AS jn, s.nn AS nn, g.wi AS wi, g.n AS n,
-       g.bsum AS bsum,
-       g.b AS b, g.thr AS thr, g.keys AS keys
+SELECT s.job_id AS job_id, s.node AS node, s.gpu AS gpu, g.slot AS slot, s.jn AS jn, s.nn AS nn, g.wi AS wi,
+       g.n AS n, g.bsum AS bsum, g.b AS b, g.thr AS thr, g.keys AS keys
 FROM (
     SELECT slot, wi, sum(n) AS n, sum(bsum) AS bsum, bsum / n / 1000 AS b, groupBitOr(thr) AS thr,
            groupArrayArray(keys) AS keys

@@ -265,17 +265,26 @@ longer windows sum their 10 s rows per port."""
 
 
 def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
-    """{rollup_<kind>} (the rollup table) and {raw_<kind>_windows}: the rollup's sums over the raw rows
-    of step 3e's nodes (ddl.rollup_select, per window of W), so both sources give one shape of row; for
-    the NIC and GPU kinds also both sources in one, {nic_ports} and {gpu_windows}."""
+    """{rollup_<kind>} (the rollup table) and what goodput.sql reads of `kind` from both sources, its
+    rollup and, for step 3e's nodes, the rollup's sums over their raw rows (ddl.rollup_select, per window
+    of W), in one shape of row: {gpu_windows}, {nic_ports}, and {raw_storage_windows} (the storage step
+    adds its rollup rows itself)."""
     source = RAW_WINDOWS.format(
         offset=NODE_OFFSET_MS,
         raw=catalog.RAW_TABLES[kind],
         **{k: params[k] for k in ("cluster", "rollups", "W")},
     )
     raw = temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id)
-    out = {f"rollup_{kind}": catalog.ROLLUP_TABLES[kind], f"raw_{kind}_windows": raw}
-    if kind == "nic":
+    common = {
+        "rollup": catalog.ROLLUP_TABLES[kind],
+        "raw": raw,
+        "span": params["rollup_span"],
+        **{k: params[k] for k in ("cluster", "rollups", "W")},
+    }
+    out = {f"rollup_{kind}": catalog.ROLLUP_TABLES[kind]}
+    if kind == "gpu":
+        out["gpu_windows"] = temp_names(GPU_WINDOWS.format(**common), run_id)
+    elif kind == "nic":
         columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
         whole = int(params["W"]) == ddl.R_MS
         out["nic_ports"] = temp_names(
@@ -284,23 +293,12 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
                 final="FINAL" if whole else "",
                 group="" if whole else "GROUP BY node, device, port, wi",
                 raw_columns=", ".join(columns),
-                rollup=catalog.ROLLUP_TABLES[kind],
-                raw=raw,
-                span=params["rollup_span"],
-                **{k: params[k] for k in ("cluster", "rollups", "W")},
+                **common,
             ),
             run_id,
         )
-    if kind == "gpu":
-        out["gpu_windows"] = temp_names(
-            GPU_WINDOWS.format(
-                rollup=catalog.ROLLUP_TABLES[kind],
-                raw=raw,
-                span=params["rollup_span"],
-                **{k: params[k] for k in ("cluster", "rollups", "W")},
-            ),
-            run_id,
-        )
+    else:
+        out[f"raw_{kind}_windows"] = raw
     return out
 
 
