@@ -18,6 +18,7 @@ import logging
 import re
 import time
 import uuid
+from collections import ChainMap
 from pathlib import Path
 
 import pyarrow as pa
@@ -76,6 +77,9 @@ OUTPUT_TABLES = (
 )
 SQL_FILES = ("rollups.sql", "faults.sql", "stragglers.sql", "fleet.sql")
 """Run in this order after goodput.sql, in the same run: they read its temp tables."""
+READ_BY_RUN = ("tmp_events", "tmp_span")
+"""Temp tables `run` itself reads between the SQL files (alive_jobs, the span's days, fleet_ranges): they
+are kept to the end of the run whatever the statements name."""
 ALIVE_JOBS = "SELECT DISTINCT job_id FROM tmp_events"
 JOBS_PER_DELETE = 1000
 """Job ids spelled out per DELETE on a cluster: ~20 KB of SQL for Slurm-style ids, far below the servers'
@@ -329,9 +333,36 @@ def statements(name: str, params: dict) -> list[str]:
     out = []
     for s in (s.strip() for s in body.split(";;") if s.strip()):
         if "{alive_jobs}" in s:
-            out += [s.format_map({**params, "alive_jobs": jobs}) for jobs in params["alive_jobs"]]
+            out += [s.format_map(ChainMap({"alive_jobs": jobs}, params)) for jobs in params["alive_jobs"]]
         else:
             out.append(s.format_map(params))
+    return out
+
+
+class _StandIns(dict):
+    """Placeholders with "0" standing in for the values `run` learns only after goodput.sql (the days and
+    ranges, numbers that name no table): enough to read which temp tables a later file names."""
+
+    def __missing__(self, key: str) -> str:
+        return "0"
+
+
+def temp_reads(sql: str, run_id: str) -> set[str]:
+    """The run's temp tables (with their run id) that `sql` names."""
+    return set(re.findall(rf"\btmp_[a-z_]+_{run_id}\b", sql))
+
+
+def named_after_each_file(params: dict, run_id: str) -> dict[str, set[str]]:
+    """Per SQL file of the run, the temp tables that the files after it name (and those `run` reads
+    itself), so that each file can drop a table with the last statement naming it."""
+    names = {name: set[str]() for name in ("goodput.sql", *SQL_FILES)}
+    for name in SQL_FILES:
+        for sql in statements(name, _StandIns({**params, "alive_jobs": ["0"]})):
+            names[name] |= temp_reads(sql, run_id)
+    later, out = {f"{t}_{run_id}" for t in READ_BY_RUN}, {}
+    for name in reversed(names):
+        out[name] = set(later)
+        later |= names[name]
     return out
 
 
@@ -372,11 +403,22 @@ def step_name(sql: str) -> str:
     return f"{m[1]} {m[2]}" if m else first_line(sql)
 
 
-def _execute(store: Store, sqls: list[str], name: str, progress: Progress | None) -> None:
+def _execute(
+    store: Store, sqls: list[str], name: str, progress: Progress | None, named_later: set[str], run_id: str
+) -> None:
+    """Runs `sqls` and drops each temp table after the last statement of the run naming it (`named_later`:
+    those the run names after `sqls`). The widest hold a row per (job, GPU, window), about 1 GB each on the
+    bench day (docs/performance.md), and the run's peak memory is the sum of those alive at once."""
     if progress:
         progress.grow(len(sqls))
-    for sql in sqls:
+    reads = [temp_reads(sql, run_id) for sql in sqls]
+    after = [set(named_later)]
+    for names in reversed(reads[1:]):
+        after.insert(0, after[0] | names)
+    for sql, names, still_named in zip(sqls, reads, after, strict=True):
         store.execute(sql)
+        for table in sorted(names - still_named):
+            store.execute(f"DROP TABLE IF EXISTS {table}")
         if progress:
             progress.step(f"{name}: {step_name(sql)}")
 
@@ -409,12 +451,21 @@ def run(
     params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
     for kind in catalog.ROLLUP_TABLES:
         params.update(rollup_params(kind, params, run_id))
+    later = named_after_each_file(params, run_id)
     try:
-        selection, *_ = statements("goodput.sql", {**params, "alive_jobs": ["..."]})
-        _execute(store, [selection], "goodput.sql", progress)
+        selection, *rest = statements("goodput.sql", {**params, "alive_jobs": ["..."]})
+        named_later = later["goodput.sql"] | temp_reads("\n".join(rest), run_id)
+        _execute(store, [selection], "goodput.sql", progress, named_later, run_id)
         # the deletes that follow name the jobs the selection read
         params["alive_jobs"] = alive_jobs(store, run_id)
-        _execute(store, statements("goodput.sql", params)[1:], "goodput.sql", progress)
+        _execute(
+            store,
+            statements("goodput.sql", params)[1:],
+            "goodput.sql",
+            progress,
+            later["goodput.sql"],
+            run_id,
+        )
         timings["goodput.sql"] = time.perf_counter() - t
         t = time.perf_counter()
         span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
@@ -422,7 +473,7 @@ def run(
             params[c] = str(int(span.column(c)[0].as_py()))
         params.update(fleet_ranges(store, params, run_id))
         for name in SQL_FILES:
-            _execute(store, statements(name, params), name, progress)
+            _execute(store, statements(name, params), name, progress, later[name], run_id)
             timings[name] = time.perf_counter() - t
             t = time.perf_counter()
     finally:

@@ -71,3 +71,38 @@ def test_a_failed_run_drops_its_temp_tables(sc):
     with pytest.raises(RuntimeError, match="boom"):
         analyzers.run(Failing(sc.store), sc.cfg, ms(0), ms(300))
     assert temp_tables(sc.store) == []
+
+
+class Watching:
+    """A store that notes which temp tables exist as each statement starts."""
+
+    def __init__(self, store):
+        self.store, self.seen = store, []
+
+    def execute(self, sql):
+        alive = {t.rsplit("_", 1)[0] for t in temp_tables(self.store)}  # without the run id
+        self.seen.append((analyzers.step_name(sql), alive))
+        self.store.execute(sql)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_a_run_drops_each_temp_table_after_the_last_statement_naming_it(sc):
+    """The peak memory of a run is the sum of the temp tables alive at once: the per-(job, GPU, window)
+    ones go as soon as no statement left reads them, those the run reads itself stay to its end."""
+    small_job(sc)
+    sc.analyze(0, 300)
+    alone = sc.dump()
+    watching = Watching(sc.store)
+    analyzers.run(watching, sc.cfg, ms(0), ms(300))
+    assert sc.dump() == alone
+    alive = dict(watching.seen)
+    assert {"tmp_run_gpu", "tmp_loss", "tmp_evidence_base", "tmp_node_evidence"}.isdisjoint(
+        alive["INSERT goodput_windows"]
+    )
+    assert {"tmp_classified", "tmp_run_split", "tmp_events", "tmp_span"} <= alive["INSERT goodput_windows"]
+    assert "tmp_run_split" not in alive["DELETE pool_holds"]  # its last reader is stragglers.sql
+    last = next(names for step, names in reversed(watching.seen) if not step.startswith("DROP"))
+    assert last == {"tmp_events", "tmp_alloc", *analyzers.READ_BY_RUN}  # the last statement reads tmp_alloc
+    assert temp_tables(sc.store) == []
