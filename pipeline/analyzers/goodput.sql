@@ -671,17 +671,19 @@ INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_ste
 --    other ("live") seconds lose 1 - b_live/b*, taken as 0 below the tolerance: {healthy_tolerance}, or
 --    {noise_z} x the noise of the window's live mean (sigma / sqrt(live seconds)) over b* where that is
 --    larger, so noise alone never makes a loss. The dead seconds are read off the window's levels (keys).
-CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS
-SELECT job_id, node, gpu, slot, jn, nn, wi, n,
-       greatest(ifNull(b_star, 0), 1e-6) AS bs,
-       greatest({stalled_second_fraction} * bs, {noise_z} * sigma) * 100 AS dead_key,
-       toUInt64(arrayCount(k -> k < dead_key, keys)) AS n_dead,
-       arraySum(k -> if(k < dead_key, toInt64(k), toInt64(0)), keys) / 100 AS b_dead_sum,
-       if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
-       greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(greatest(1, n - n_dead)) / bs) AS tolerance,
-       if(1 - b_live / bs < tolerance, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
-       (n_dead + (n - n_dead) * l_live) / n AS l
-FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, b_star, sigma FROM tmp_healthy) AS h ON r.jn = h.jn
+CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS  -- only what 11a and 11b read: a row per (job, GPU, window)
+SELECT slot, jn, nn, wi, n, l FROM (
+    SELECT slot, jn, nn, wi, n,
+           greatest(ifNull(b_star, 0), 1e-6) AS bs,
+           greatest({stalled_second_fraction} * bs, {noise_z} * sigma) * 100 AS dead_key,
+           toUInt64(arrayCount(k -> k < dead_key, keys)) AS n_dead,
+           arraySum(k -> if(k < dead_key, toInt64(k), toInt64(0)), keys) / 100 AS b_dead_sum,
+           if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
+           greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(greatest(1, n - n_dead)) / bs) AS tolerance,
+           if(1 - b_live / bs < tolerance, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
+           (n_dead + (n - n_dead) * l_live) / n AS l
+    FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, b_star, sigma FROM tmp_healthy) AS h ON r.jn = h.jn
+)
 ;;
 -- 11a. Each (job, node)'s evidence level while healthy: the (lower) median strength of each kind over the
 --    windows in which none of the job's GPUs on the node lost anything, given at least
@@ -689,10 +691,10 @@ FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, b_star, sigma FROM tmp_healthy) AS 
 --    {evidence_floor} of it and {evidence_rise} x that level has evidence all the same: the signal rose
 --    with the stall (a fixed threshold cannot get both sides of its edge right).
 CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = Memory AS
-SELECT any(h.job_id) AS job_id, any(h.node) AS node, h.jn AS jn, h.nn AS nn,
+SELECT h.jn AS jn, h.nn AS nn,
        quantileExactLow(0.5)(ifNull(e.s_d, 0)) AS base_d, quantileExactLow(0.5)(ifNull(e.s_c, 0)) AS base_c,
        toUInt8(1) AS known
-FROM (SELECT any(job_id) AS job_id, any(node) AS node, jn, nn, wi FROM tmp_loss GROUP BY jn, nn, wi HAVING max(l) = 0) AS h
+FROM (SELECT jn, nn, wi FROM tmp_loss GROUP BY jn, nn, wi HAVING max(l) = 0) AS h
 LEFT JOIN tmp_node_evidence AS e ON h.nn = e.nn AND h.wi = e.wi
 GROUP BY h.jn, h.nn
 HAVING count() >= {evidence_baseline_windows}
@@ -711,54 +713,58 @@ SETTINGS join_use_nulls = 1
 --    half each ('even'); neither, and l is idle. Step events are telemetry too: a GPU with no samples in a
 --    window the job's steps cover (a trace of step times alone, an agent without NVML) is classified by
 --    the steps, l = their wait; only with neither is it "no data" (12).
-CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS
-SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
-       g.n = 0 AND sp.ranks = 0 AS no_data,
-       sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
-       in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
-       in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
-       sg.src AS episode_src, sg.rank AS episode_rank, sg.node AS episode_node, sg.gpu AS episode_gpu,
-       sg.wi_lo AS episode_lo,
-       ifNull(sp.f_data, 0) AS f_data,
-       multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
-       f_data + f_comm AS f_step,
-       f_step >= {step_wait_min} AS by_steps,
-       if(no_data, 1.0, multiIf(by_steps, greatest(g.l, least(1.0, f_step)),
-                                blamed, greatest(g.l, sg.f_wait), g.l)) AS l,
-       ifNull(e.s_d, 0) AS s_d,
-       greatest(ifNull(e.s_c, 0), if(st.why != '' OR blamed, 1.0, 0.0)) AS s_c,
-       s_d >= 1 OR (s_d >= {evidence_floor} AND s_d >= {evidence_rise} * if(b.known = 1, b.base_d, inf)) AS d_ev,
-       s_c >= 1 OR (s_c >= {evidence_floor} AND s_c >= {evidence_rise} * if(b.known = 1, b.base_c, inf)) AS c_ev,
-       multiIf(by_steps, f_data / f_step, d_ev AND c_ev,
-               if('{evidence_split}' = 'even', 0.5, s_d / (s_d + s_c)), d_ev, 1.0, 0.0) AS p_data,
-       multiIf(by_steps, f_comm / f_step, c_ev, 1.0 - p_data, 0.0) AS p_comm,
-       if(by_steps OR d_ev OR c_ev, 0.0, 1.0) AS p_idle,
-       if(l = 0 OR p_data = 0, '',  -- the reasons of the seconds lost only: most are not
-          if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
-             concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
-                    '% of its threshold, risen with the stall)'), '')))) AS d_why,
-       multiIf(l = 0 OR p_comm = 0, '',
-               blamed AND step_episode,
-                   concat('straggler ', sg.node, ' GPU ', toString(sg.gpu), ' (rank ', toString(sg.rank), ', ',
-                          toString(round((sg.ratio - 1) * 100, 1)), '% slower)'),
-               by_steps, concat('step events of ', toString(sp.ranks), ' ranks: communication wait'),
-               blamed, concat('straggler ', sg.node, if(sg.gpu >= 0, concat(' GPU ', toString(sg.gpu)), ''),
-                              ' (', toString(round((sg.ratio - 1) * 100, 1)), '% busier than its gang)'),
-               st.why != '', st.why,
-               concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
-                      '% of its threshold, risen with the stall)'), ''))) AS c_why
-FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
-LEFT JOIN tmp_loss AS g ON w.slot = g.slot AND w.wi = g.wi
-LEFT JOIN tmp_node_evidence AS e ON w.nn = e.nn AND w.wi = e.wi
-LEFT JOIN tmp_evidence_base AS b ON w.jn = b.jn AND w.nn = b.nn
-LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
-LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
-LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
-                  sw.gpu AS gpu, e.wi_lo AS wi_lo, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
-           FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
-               ON sw.job_id = e.job_id AND sw.src = e.src AND sw.rank = e.rank AND sw.node = e.node
-                  AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
-    ON w.job_id = sg.job_id AND w.wi = sg.wi
+CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS  -- only what 12 and stragglers.sql read
+SELECT job_id, node, wi, secs, no_data, l, p_data, p_comm, p_idle, d_why, c_why, blamed, episode_src, episode_rank,
+       episode_node, episode_gpu, episode_lo
+FROM (
+    SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
+           g.n = 0 AND sp.ranks = 0 AS no_data,
+           sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
+           in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
+           in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
+           sg.src AS episode_src, sg.rank AS episode_rank, sg.node AS episode_node, sg.gpu AS episode_gpu,
+           sg.wi_lo AS episode_lo,
+           ifNull(sp.f_data, 0) AS f_data,
+           multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
+           f_data + f_comm AS f_step,
+           f_step >= {step_wait_min} AS by_steps,
+           if(no_data, 1.0, multiIf(by_steps, greatest(g.l, least(1.0, f_step)),
+                                    blamed, greatest(g.l, sg.f_wait), g.l)) AS l,
+           ifNull(e.s_d, 0) AS s_d,
+           greatest(ifNull(e.s_c, 0), if(st.why != '' OR blamed, 1.0, 0.0)) AS s_c,
+           s_d >= 1 OR (s_d >= {evidence_floor} AND s_d >= {evidence_rise} * if(b.known = 1, b.base_d, inf)) AS d_ev,
+           s_c >= 1 OR (s_c >= {evidence_floor} AND s_c >= {evidence_rise} * if(b.known = 1, b.base_c, inf)) AS c_ev,
+           multiIf(by_steps, f_data / f_step, d_ev AND c_ev,
+                   if('{evidence_split}' = 'even', 0.5, s_d / (s_d + s_c)), d_ev, 1.0, 0.0) AS p_data,
+           multiIf(by_steps, f_comm / f_step, c_ev, 1.0 - p_data, 0.0) AS p_comm,
+           if(by_steps OR d_ev OR c_ev, 0.0, 1.0) AS p_idle,
+           if(l = 0 OR p_data = 0, '',  -- the reasons of the seconds lost only: most are not
+              if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
+                 concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
+                        '% of its threshold, risen with the stall)'), '')))) AS d_why,
+           multiIf(l = 0 OR p_comm = 0, '',
+                   blamed AND step_episode,
+                       concat('straggler ', sg.node, ' GPU ', toString(sg.gpu), ' (rank ', toString(sg.rank), ', ',
+                              toString(round((sg.ratio - 1) * 100, 1)), '% slower)'),
+                   by_steps, concat('step events of ', toString(sp.ranks), ' ranks: communication wait'),
+                   blamed, concat('straggler ', sg.node, if(sg.gpu >= 0, concat(' GPU ', toString(sg.gpu)), ''),
+                                  ' (', toString(round((sg.ratio - 1) * 100, 1)), '% busier than its gang)'),
+                   st.why != '', st.why,
+                   concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
+                          '% of its threshold, risen with the stall)'), ''))) AS c_why
+    FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
+    LEFT JOIN tmp_loss AS g ON w.slot = g.slot AND w.wi = g.wi
+    LEFT JOIN tmp_node_evidence AS e ON w.nn = e.nn AND w.wi = e.wi
+    LEFT JOIN tmp_evidence_base AS b ON w.jn = b.jn AND w.nn = b.nn
+    LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
+    LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
+    LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
+                      sw.gpu AS gpu, e.wi_lo AS wi_lo, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
+               FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
+                   ON sw.job_id = e.job_id AND sw.src = e.src AND sw.rank = e.rank AND sw.node = e.node
+                      AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
+        ON w.job_id = sg.job_id AND w.wi = sg.wi
+)
 ;;
 -- 12. All categorised seconds per (job, node, window, category, evidence). A GPU with no samples at all
 --     while running (its agent or node down) is classified as its gang in that window: the job's other
