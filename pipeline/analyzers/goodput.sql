@@ -261,8 +261,11 @@ SETTINGS join_use_nulls = 1
 --     (pipeline/ddl.py): the nodes with a clock offset (3a), since the rollups file samples by the node's
 --     own clock, and the nodes with a duplicate in a rollup over the span: a window holding more rows than
 --     seconds (rows > bitCount(seconds)) counts a batch stored twice (two loaders racing), which FINAL
---     collapses in the raw rows. With {rollups} = 0 (a window that is no multiple of the rollups' 10 s, or
---     a run told to) every node is read from its raw rows.
+--     collapses in the raw rows. The NIC and storage rollups are read FINAL (their parts merged per key as
+--     they are read, in sort order: half the CPU of grouping their 9 M keys a day), as their key is the
+--     check's; the GPU rollup's key also holds the job a sample was tagged with, and a second stored under
+--     two tags is a duplicate all the same, so it is grouped without it. With {rollups} = 0 (a window that
+--     is no multiple of the rollups' 10 s, or a run told to) every node is read from its raw rows.
 CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
 SELECT node FROM tmp_clock
 UNION DISTINCT
@@ -271,13 +274,11 @@ SELECT DISTINCT node FROM (
     WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
     GROUP BY node, gpu, window_start
     UNION ALL
-    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_nic}
+    SELECT node, rows, seconds FROM {rollup_nic} FINAL
     WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
-    GROUP BY node, device, port, window_start
     UNION ALL
-    SELECT node, sum(rows), groupBitOr(seconds) FROM {rollup_storage}
+    SELECT node, rows, seconds FROM {rollup_storage} FINAL
     WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
-    GROUP BY node, source, device, window_start
 ) WHERE r > bitCount(s)
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of

@@ -11,6 +11,7 @@ import pytest
 
 from contracts import catalog
 from pipeline import ddl
+from pipeline.analyzers import run as analyzers
 from tests.analyzers.scenario import ms
 from tests.analyzers.test_reanalysis import N1, N2, N3, cluster_day
 
@@ -164,3 +165,43 @@ def test_migrate_fills_the_rollups_of_a_store_from_before_them(sc, cut_short):
     assert rollup_contents(sc.store) == fed
     versions = sc.store.query_arrow(f"SELECT version FROM {catalog.SCHEMA_MIGRATIONS} ORDER BY version")
     assert versions.column("version").to_pylist() == [1, 2]
+
+
+class RawNodes:
+    """A store that keeps what step 3e chose in each run: the nodes read from their raw rows."""
+
+    def __init__(self, store):
+        self.store, self.nodes = store, None
+
+    def execute(self, sql):
+        self.store.execute(sql)
+        if sql.startswith("CREATE OR REPLACE TABLE tmp_raw_nodes_"):
+            table = sql.split()[4]
+            self.nodes = sorted(
+                self.store.query_arrow(f"SELECT node FROM {table}").column("node").to_pylist()
+            )
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+@pytest.mark.parametrize(
+    ("kind", "node", "retag"),
+    [("gpu", N2, ""), ("gpu", N2, "another-job"), ("nic", N3, ""), ("storage", N1, "")],
+)
+def test_one_second_stored_twice_in_any_rollup_sends_its_node_to_the_raw_rows(sc, kind, node, retag):
+    """3e's duplicate check finds a single row stored twice in another part (as racing loaders store it),
+    in each rollup: the NIC and storage rollups read FINAL, the GPU rollup grouped across the job a sample
+    was tagged with, since a second stored under two tags is a duplicate all the same."""
+    cluster_day(sc)
+    sc.load()
+    watch = RawNodes(sc.store)
+    analyzers.run(watch, sc.cfg, ms(0), ms(1000), rollups=sc.rollups)
+    assert watch.nodes == []
+    raw = catalog.RAW_TABLES[kind]
+    copy = f"* REPLACE ('{retag}' AS job_id)" if retag else "*"
+    sc.store.execute(
+        f"INSERT INTO {raw} SELECT {copy} FROM {raw} WHERE node = '{node}' ORDER BY ts LIMIT 1 OFFSET 10"
+    )
+    analyzers.run(watch, sc.cfg, ms(0), ms(1000), rollups=sc.rollups)
+    assert watch.nodes == ([node] if sc.rollups else [])  # the raw path reads every node raw anyway
