@@ -371,9 +371,10 @@ FROM tmp_alloc AS a INNER JOIN tmp_segments AS s ON a.job_id = s.job_id
 INNER JOIN tmp_slots AS n ON a.job_id = n.job_id AND a.node = n.node AND a.gpu = n.gpu
 WHERE o0 < o1
 ;;
--- 6. Pieces cut into windows, with the seconds each window holds.
+-- 6. Pieces cut into windows, with the seconds each window holds. From here on the tables with a row per
+--    (job, GPU, window) carry the numbers of step 5, not the names: they are joined back where needed.
 CREATE OR REPLACE TABLE tmp_piece_windows ENGINE = Memory AS
-SELECT job_id, node, gpu, slot, jn, nn, phase, evidence, wi,
+SELECT slot, jn, nn, phase, evidence, wi,
        (least(o1, (wi + 1) * {W}) - greatest(o0, wi * {W})) / 1000.0 AS secs
 FROM tmp_pieces
 ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS wi
@@ -715,10 +716,10 @@ SETTINGS join_use_nulls = 1
 --    window the job's steps cover (a trace of step times alone, an agent without NVML) is classified by
 --    the steps, l = their wait; only with neither is it "no data" (12).
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS  -- only what 12 and stragglers.sql read
-SELECT job_id, node, wi, secs, no_data, l, p_data, p_comm, p_idle, d_why, c_why, blamed, episode_src, episode_rank,
+SELECT jn, nn, wi, secs, no_data, l, p_data, p_comm, p_idle, d_why, c_why, blamed, episode_src, episode_rank,
        episode_node, episode_gpu, episode_lo
 FROM (
-    SELECT w.job_id AS job_id, w.node AS node, w.wi AS wi, w.secs AS secs,
+    SELECT w.jn AS jn, w.nn AS nn, w.wi AS wi, w.secs AS secs,
            g.n = 0 AND sp.ranks = 0 AS no_data,
            sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
            in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
@@ -753,7 +754,9 @@ FROM (
                    st.why != '', st.why,
                    concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
                           '% of its threshold, risen with the stall)'), ''))) AS c_why
-    FROM (SELECT * FROM tmp_piece_windows WHERE phase = 'run') AS w
+    FROM (SELECT k.job_id AS job_id, k.node AS node, k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn,
+                 p.wi AS wi, p.secs AS secs
+          FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot WHERE p.phase = 'run') AS w
     LEFT JOIN tmp_loss AS g ON w.slot = g.slot AND w.wi = g.wi
     LEFT JOIN tmp_node_evidence AS e ON w.nn = e.nn AND w.wi = e.wi
     LEFT JOIN tmp_evidence_base AS b ON w.jn = b.jn AND w.nn = b.nn
@@ -775,34 +778,34 @@ FROM (
 CREATE OR REPLACE TABLE tmp_classified ENGINE = Memory AS
 WITH
 heard AS (
-    SELECT job_id, node, wi, 'productive' AS category, '' AS evidence, secs * (1 - l) AS secs
+    SELECT jn, nn, wi, 'productive' AS category, '' AS evidence, secs * (1 - l) AS secs
     FROM tmp_run_split WHERE NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'data_stall', d_why, secs * l * p_data
+    SELECT jn, nn, wi, 'data_stall', d_why, secs * l * p_data
     FROM tmp_run_split WHERE l > 0 AND p_data > 0 AND NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'comm_stall', c_why, secs * l * p_comm
+    SELECT jn, nn, wi, 'comm_stall', c_why, secs * l * p_comm
     FROM tmp_run_split WHERE l > 0 AND p_comm > 0 AND NOT no_data
     UNION ALL
-    SELECT job_id, node, wi, 'idle', 'below healthy level, no evidence', secs * l * p_idle
+    SELECT jn, nn, wi, 'idle', 'below healthy level, no evidence', secs * l * p_idle
     FROM tmp_run_split WHERE l > 0 AND p_idle > 0 AND NOT no_data
 ),
 gang AS (
-    SELECT job_id, wi, category, evidence, sum(secs) / sum(sum(secs)) OVER (PARTITION BY job_id, wi) AS share
-    FROM heard GROUP BY job_id, wi, category, evidence
+    SELECT jn, wi, category, evidence, sum(secs) / sum(sum(secs)) OVER (PARTITION BY jn, wi) AS share
+    FROM heard GROUP BY jn, wi, category, evidence
 ),
-silent AS (SELECT job_id, node, wi, sum(secs) AS secs FROM tmp_run_split WHERE no_data GROUP BY job_id, node, wi)
-SELECT job_id, node, wi, phase AS category, evidence, secs FROM tmp_piece_windows WHERE phase != 'run'
+silent AS (SELECT jn, nn, wi, sum(secs) AS secs FROM tmp_run_split WHERE no_data GROUP BY jn, nn, wi)
+SELECT jn, nn, wi, phase AS category, evidence, secs FROM tmp_piece_windows WHERE phase != 'run'
 UNION ALL
-SELECT job_id, node, wi, category, evidence, secs FROM heard
+SELECT jn, nn, wi, category, evidence, secs FROM heard
 UNION ALL
-SELECT s.job_id, s.node, s.wi, g.category,
+SELECT s.jn, s.nn, s.wi, g.category,
        concat('no telemetry from node; as its gang', if(g.evidence != '', concat(': ', g.evidence), '')),
        s.secs * g.share
-FROM silent AS s INNER JOIN gang AS g ON s.job_id = g.job_id AND s.wi = g.wi
+FROM silent AS s INNER JOIN gang AS g ON s.jn = g.jn AND s.wi = g.wi
 UNION ALL
-SELECT s.job_id, s.node, s.wi, 'idle', 'no telemetry from node', s.secs
-FROM silent AS s LEFT ANTI JOIN (SELECT DISTINCT job_id, wi FROM gang) AS g ON s.job_id = g.job_id AND s.wi = g.wi
+SELECT s.jn, s.nn, s.wi, 'idle', 'no telemetry from node', s.secs
+FROM silent AS s LEFT ANTI JOIN (SELECT DISTINCT jn, wi FROM gang) AS g ON s.jn = g.jn AND s.wi = g.wi
 ;;
 DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;
@@ -810,20 +813,27 @@ DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}' AND job_i
 --     of currency); pool and evidence are those holding the most seconds, ties to the smallest name.
 INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,
                              gpu_seconds, cost, evidence)
-SELECT '{cluster}', job_id, toDateTime(intDiv(wi * {W}, 1000)), {W} / 1000, team,
+SELECT '{cluster}', any(job_id), toDateTime(intDiv(wi * {W}, 1000)), {W} / 1000, team,
        (sumMap([pool], [us]) AS pm).1[indexOf(pm.2, arrayMax(pm.2))], account, category,
        sum(us) / 1e6, sum(nano) / 1e9, (sumMap([evidence], [us]) AS em).1[indexOf(em.2, arrayMax(em.2))]
 FROM (
-    SELECT c.job_id AS job_id, c.wi AS wi, c.category AS category, ifNull(a.team, '{default_team}') AS team,
-           ifNull(j.account, '') AS account, ifNull(d.pool, '') AS pool, c.evidence AS evidence,
-           toInt64(round(c.secs * 1e6)) AS us,
-           toInt64(round(c.secs * ifNull(d.price_per_gpu_hour, 0) / 3600 * 1e9)) AS nano
+    SELECT c.jn AS jn, jobs.job_id AS job_id, c.wi AS wi, c.category AS category, jobs.team AS team,
+           jobs.account AS account, nodes.pool AS pool, c.evidence AS evidence,
+           toInt64(round(c.secs * 1e6)) AS us, toInt64(round(c.secs * nodes.price / 3600 * 1e9)) AS nano
     FROM tmp_classified AS c
-    LEFT JOIN dim_nodes AS d ON c.node = d.node
-    LEFT JOIN (SELECT job_id, argMinIf(account, (t, o), account != '') AS account FROM tmp_events
-               GROUP BY job_id) AS j ON c.job_id = j.job_id
-    LEFT JOIN dim_accounts AS a ON j.account = a.account
+    INNER JOIN (  -- each job's name, account and team, and each node's pool and price, looked up once
+        SELECT k.jn AS jn, k.job_id AS job_id, ifNull(j.account, '') AS account,
+               ifNull(a.team, '{default_team}') AS team
+        FROM (SELECT DISTINCT jn, job_id FROM tmp_slots) AS k
+        LEFT JOIN (SELECT job_id, argMinIf(account, (t, o), account != '') AS account FROM tmp_events
+                   GROUP BY job_id) AS j ON k.job_id = j.job_id
+        LEFT JOIN dim_accounts AS a ON j.account = a.account
+    ) AS jobs ON c.jn = jobs.jn
+    INNER JOIN (
+        SELECT k.nn AS nn, ifNull(d.pool, '') AS pool, ifNull(d.price_per_gpu_hour, 0) AS price
+        FROM (SELECT DISTINCT nn, node FROM tmp_slots) AS k LEFT JOIN dim_nodes AS d ON k.node = d.node
+    ) AS nodes ON c.nn = nodes.nn
     SETTINGS join_use_nulls = 1
 )
 WHERE us > 0
-GROUP BY job_id, wi, category, team, account
+GROUP BY jn, wi, category, team, account
