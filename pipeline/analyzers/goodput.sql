@@ -626,7 +626,7 @@ INSERT INTO tmp_straggler_windows
 WITH
 per_window AS (
     SELECT any(r.job_id) AS job_id, r.wi AS wi, any(h.b_star) AS bs, any(h.sigma) AS sigma, count() AS gpus,
-           arraySort(x -> (-x.3, x.1, x.2), groupArray((r.node, r.gpu, r.b, r.n))) AS ranked,
+           arraySort(x -> (-x.3, x.1, x.2), groupArray((r.nn, r.gpu, r.b, r.n))) AS ranked,  -- nn: in node order
            ranked[1] AS top, quantileExactLow(0.5)(r.b) AS m,
            arraySort(arrayMap(x -> abs(x.3 - m), ranked))[toUInt64(intDiv(gpus + 1, 2))] AS mad,
            {noise_z} * sqrt(2) * 1.4826 * mad AS band,
@@ -635,10 +635,10 @@ per_window AS (
     WHERE r.job_id NOT IN (SELECT job_id FROM tmp_step_split)
     GROUP BY r.jn, r.wi
 )
-SELECT job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, toString(top.1) AS node,
+SELECT job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, k.node AS node,
        toInt32(if(length(busy) = 1, top.2, -1)) AS gpu, toFloat64(top.3 / m) AS ratio, toUInt64(0) AS steps,
        toFloat64(1 - m / top.3) AS f_wait
-FROM per_window
+FROM per_window AS w INNER JOIN (SELECT DISTINCT nn, node FROM tmp_slots) AS k ON w.top.1 = k.nn
 WHERE gpus >= 2 AND m > greatest({stalled_second_fraction} * bs, {noise_z} * sigma)
   AND top.3 >= bs * (1 - greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(top.4) / bs))
   AND top.3 >= (1 + {straggler_min_slowdown}) * m AND top.3 - m >= band
