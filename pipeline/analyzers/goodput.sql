@@ -357,7 +357,9 @@ WHERE s0 < s1
 -- 5. Slots: one number per (job, node, GPU) the run allocates, in their order, with its job's number (jn)
 --    and its node's (nn). The tables with a row per (job, GPU, window) are grouped and joined on these
 --    integers: they hash about six times faster than the job id and node names (measured on the bench
---    day: bench/bench_analyze.py), which ride along.
+--    day: bench/bench_analyze.py). tmp_pieces and tmp_run_gpu carry the names too; tmp_piece_windows,
+--    tmp_loss, tmp_run_split and tmp_classified only the numbers, and the names are looked up where they
+--    are needed (10c, 11b, 13, stragglers.sql).
 CREATE OR REPLACE TABLE tmp_slots ENGINE = Memory AS
 SELECT job_id, node, gpu, toUInt32(row_number() OVER (ORDER BY job_id, node, gpu)) AS slot,
        toUInt32(dense_rank() OVER (ORDER BY job_id)) AS jn, toUInt32(dense_rank() OVER (ORDER BY node)) AS nn
