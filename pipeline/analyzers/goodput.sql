@@ -357,9 +357,9 @@ WHERE s0 < s1
 -- 5. Slots: one number per (job, node, GPU) the run allocates, in their order, with its job's number (jn)
 --    and its node's (nn). The tables with a row per (job, GPU, window) are grouped and joined on these
 --    integers: they hash about six times faster than the job id and node names (measured on the bench
---    day: bench/bench_analyze.py). tmp_pieces and tmp_run_gpu carry the names too; tmp_piece_windows,
---    tmp_loss, tmp_run_split and tmp_classified only the numbers, and the names are looked up where they
---    are needed (10c, 11b, 13, stragglers.sql).
+--    day: bench/bench_analyze.py). tmp_pieces carries the names too; tmp_piece_windows, tmp_run_gpu,
+--    tmp_loss, tmp_run_split and tmp_classified only the numbers (and the GPU index), and the names are
+--    looked up where they are needed (8, 10, 10c, 11b, 13, stragglers.sql).
 CREATE OR REPLACE TABLE tmp_slots ENGINE = Memory AS
 SELECT job_id, node, gpu, toUInt32(row_number() OVER (ORDER BY job_id, node, gpu)) AS slot,
        toUInt32(dense_rank() OVER (ORDER BY job_id)) AS jn, toUInt32(dense_rank() OVER (ORDER BY node)) AS nn
@@ -387,42 +387,40 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    GPU rollup (10 s rows summed at insert time; 3e says for which nodes) or from the same sums over the
 --    raw rows: a window wholly inside a running piece takes its rows' sums; a window a piece boundary cuts
 --    (a start, an end, a checkpoint) sums the samples it keeps on the piece's side. Busy levels are summed
---    as integers (milli-percent); `keys` are the samples' levels at 0.01 %, for the exact quantiles (8, 11).
+--    as integers (milli-percent); `keys` are the samples' levels at 0.01 %, for the exact quantiles (8, 11):
+--    0-10,000, as the message schema bounds a percent, so UInt16. The job and node numbers ride along from
+--    the pieces, so no join puts the names back (the table: 0.92 -> 0.74 GB on the bench day).
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 WITH
 rolled AS ({gpu_windows}),
-runs AS (SELECT slot, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run'),
+runs AS (SELECT slot, jn, nn, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run'),
 edges AS (
-    SELECT slot, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi
+    SELECT slot, jn, nn, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi
     FROM runs
     ARRAY JOIN arrayDistinct(arrayConcat(if(o0 % {W} != 0, [intDiv(o0, {W})], []),
                                          if(o1 % {W} != 0, [intDiv(o1, {W})], []))) AS wi
 ),
 whole AS (
-    SELECT p.slot AS slot, r.wi AS wi, r.n AS n, r.bsum AS bsum, r.thr AS thr,
-           arrayMap(x -> toInt32(round(x.2 / 10)), r.samples) AS keys
+    SELECT p.slot AS slot, p.jn AS jn, p.nn AS nn, p.gpu AS gpu, r.wi AS wi, r.n AS n, r.bsum AS bsum,
+           r.thr AS thr, arrayMap(x -> toUInt16(round(x.2 / 10)), r.samples) AS keys
     FROM rolled AS r ASOF INNER JOIN runs AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.o0
     WHERE (r.wi + 1) * {W} <= p.o1
 ),
 cut AS (
-    SELECT e.slot AS slot, r.wi AS wi,
+    SELECT e.slot AS slot, e.jn AS jn, e.nn AS nn, e.gpu AS gpu, r.wi AS wi,
            arrayFilter(x -> r.ws + x.1 >= e.lo AND r.ws + x.1 < e.hi, r.samples) AS kept,
            toUInt64(length(kept)) AS n, arraySum(x -> x.2, kept) AS bsum,
            arrayFold((acc, x) -> bitOr(acc, x.3), kept, toInt64(0)) AS thr,
-           arrayMap(x -> toInt32(round(x.2 / 10)), kept) AS keys
+           arrayMap(x -> toUInt16(round(x.2 / 10)), kept) AS keys
     FROM rolled AS r INNER JOIN edges AS e ON r.node = e.node AND r.gpu = e.gpu AND r.wi = e.wi
 )
-SELECT s.job_id AS job_id, s.node AS node, s.gpu AS gpu, g.slot AS slot, s.jn AS jn, s.nn AS nn, g.wi AS wi,
-       g.n AS n, g.bsum AS bsum, g.b AS b, g.thr AS thr, g.keys AS keys
-FROM (
-    SELECT slot, wi, sum(n) AS n, sum(bsum) AS bsum, bsum / n / 1000 AS b, groupBitOr(thr) AS thr,
-           groupArrayArray(keys) AS keys
-    FROM (SELECT slot, wi, n, bsum, thr, keys FROM whole
-          UNION ALL
-          SELECT slot, wi, n, bsum, thr, keys FROM cut)
-    GROUP BY slot, wi
-    HAVING n > 0
-) AS g INNER JOIN tmp_slots AS s ON g.slot = s.slot
+SELECT slot, any(jn) AS jn, any(nn) AS nn, any(gpu) AS gpu, wi, sum(n) AS n, sum(bsum) AS bsum,
+       bsum / n / 1000 AS b, groupBitOr(thr) AS thr, groupArrayArray(keys) AS keys
+FROM (SELECT slot, jn, nn, gpu, wi, n, bsum, thr, keys FROM whole
+      UNION ALL
+      SELECT slot, jn, nn, gpu, wi, n, bsum, thr, keys FROM cut)
+GROUP BY slot, wi
+HAVING n > 0
 ;;
 -- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
 --    job stalled most of the time still has productive seconds that show its level), exact on the 0.01 %
@@ -436,14 +434,14 @@ CREATE OR REPLACE TABLE tmp_healthy_hist ENGINE = Memory AS
 SELECT job_id, jn, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m,
        sum_b / n_all / 1000 AS b_mean
 FROM (
-    SELECT t.job_id AS job_id, h.jn AS jn, h.ks AS ks, h.c0 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
+    SELECT k.job_id AS job_id, h.jn AS jn, h.ks AS ks, h.c0 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
            ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
            arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0, t.sum_b AS sum_b, t.n_all AS n_all
     FROM (SELECT jn, arraySort(groupArray((key, c))) AS h, arrayMap(x -> x.1, h) AS ks, arrayMap(x -> x.2, h) AS c0
           FROM (SELECT jn, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key GROUP BY jn, key)
           GROUP BY jn) AS h
-    INNER JOIN (SELECT jn, any(job_id) AS job_id, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY jn) AS t
-        ON h.jn = t.jn
+    INNER JOIN (SELECT jn, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY jn) AS t ON h.jn = t.jn
+    INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS k ON h.jn = k.jn
 )
 ;;
 CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
@@ -536,9 +534,11 @@ SETTINGS join_use_nulls = 1
 ;;
 -- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
 CREATE OR REPLACE TABLE tmp_stragglers ENGINE = Memory AS
-SELECT any(job_id) AS job_id, jn, wi, arraySort(groupArray((node, gpu)))[1] AS first,
-       concat('straggler ', first.1, ' GPU ', toString(first.2)) AS why
-FROM tmp_run_gpu WHERE bitAnd(thr, {straggler_mask}) != 0 GROUP BY jn, wi
+SELECT j.job_id AS job_id, s.jn AS jn, s.wi AS wi, concat('straggler ', k.node, ' GPU ', toString(s.first.2)) AS why
+FROM (SELECT jn, wi, arraySort(groupArray((nn, gpu)))[1] AS first  -- nn: in node order
+      FROM tmp_run_gpu WHERE bitAnd(thr, {straggler_mask}) != 0 GROUP BY jn, wi) AS s
+INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS j ON s.jn = j.jn
+INNER JOIN (SELECT DISTINCT nn, node FROM tmp_slots) AS k ON s.first.1 = k.nn
 ;;
 -- 10a. The training loop's own account, where ranks report step events: per (job, window), the share of
 --    the reporting ranks' step time spent waiting for data and for communication *beyond the job's
@@ -627,20 +627,21 @@ WHERE ratio >= 1 + {straggler_min_slowdown}
 INSERT INTO tmp_straggler_windows
 WITH
 per_window AS (
-    SELECT any(r.job_id) AS job_id, r.wi AS wi, any(h.b_star) AS bs, any(h.sigma) AS sigma, count() AS gpus,
+    SELECT r.jn AS jn, r.wi AS wi, any(h.b_star) AS bs, any(h.sigma) AS sigma, count() AS gpus,
            arraySort(x -> (-x.3, x.1, x.2), groupArray((r.nn, r.gpu, r.b, r.n))) AS ranked,  -- nn: in node order
            ranked[1] AS top, quantileExactLow(0.5)(r.b) AS m,
            arraySort(arrayMap(x -> abs(x.3 - m), ranked))[toUInt64(intDiv(gpus + 1, 2))] AS mad,
            {noise_z} * sqrt(2) * 1.4826 * mad AS band,
            arrayFilter(x -> x.3 >= least(top.3 - band, (top.3 + m) / 2), ranked) AS busy
     FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.jn = h.jn
-    WHERE r.job_id NOT IN (SELECT job_id FROM tmp_step_split)
+    WHERE h.job_id NOT IN (SELECT job_id FROM tmp_step_split)
     GROUP BY r.jn, r.wi
 )
-SELECT job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, k.node AS node,
+SELECT j.job_id AS job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, k.node AS node,
        toInt32(if(length(busy) = 1, top.2, -1)) AS gpu, toFloat64(top.3 / m) AS ratio, toUInt64(0) AS steps,
        toFloat64(1 - m / top.3) AS f_wait
 FROM per_window AS w INNER JOIN (SELECT DISTINCT nn, node FROM tmp_slots) AS k ON w.top.1 = k.nn
+INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS j ON w.jn = j.jn
 WHERE gpus >= 2 AND m > greatest({stalled_second_fraction} * bs, {noise_z} * sigma)
   AND top.3 >= bs * (1 - greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(top.4) / bs))
   AND top.3 >= (1 + {straggler_min_slowdown}) * m AND top.3 - m >= band
@@ -664,7 +665,9 @@ FROM (
 ) AS e
 INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_step_split GROUP BY job_id
             UNION ALL
-            SELECT job_id, 'sm_activity', uniqExact(wi) FROM tmp_run_gpu GROUP BY job_id) AS j
+            SELECT k.job_id, 'sm_activity', r.windows
+            FROM (SELECT jn, uniqExact(wi) AS windows FROM tmp_run_gpu GROUP BY jn) AS r
+            INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS k ON r.jn = k.jn) AS j
     ON e.job_id = j.job_id AND e.src = j.src
 ;;
 -- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle (12).
