@@ -264,22 +264,30 @@ SETTINGS join_use_nulls = 1
 --     collapses in the raw rows. The NIC and storage rollups are read FINAL (their parts merged per key as
 --     they are read, in sort order: half the CPU of grouping their 9 M keys a day), as their key is the
 --     check's; the GPU rollup's key also holds the job a sample was tagged with, and a second stored under
---     two tags is a duplicate all the same, so it is grouped without it. With {rollups} = 0 (a window that
---     is no multiple of the rollups' 10 s, or a run told to) every node is read from its raw rows.
+--     two tags is a duplicate all the same, so its rows (read FINAL too) are gathered per GPU in window
+--     order and checked window by window: 1,024 groups of arrays instead of a hash of 9 M windows (3.7 ->
+--     3.0 s for the statement, 2.1 -> 1.1 GB peak, on the bench day). With {rollups} = 0 (a window that is
+--     no multiple of the rollups' 10 s, or a run told to) every node is read from its raw rows.
 CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
 SELECT node FROM tmp_clock
 UNION DISTINCT
-SELECT DISTINCT node FROM (
-    SELECT node, sum(rows) AS r, groupBitOr(seconds) AS s FROM {rollup_gpu}
+SELECT DISTINCT node FROM (  -- per GPU its rows in window order, split into windows
+    SELECT node, arraySort(groupArray((window_start, rows, seconds))) AS w,
+           arraySplit((x, i) -> i > 1 AND x.1 != w[i - 1].1, w, arrayEnumerate(w)) AS windows
+    FROM {rollup_gpu} FINAL
     WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
-    GROUP BY node, gpu, window_start
-    UNION ALL
+    GROUP BY node, gpu
+)
+WHERE arrayExists(c -> arraySum(x -> x.2, c) > bitCount(arrayFold((acc, x) -> bitOr(acc, x.3), c, toUInt64(0))),
+                  windows)
+UNION DISTINCT
+SELECT DISTINCT node FROM (
     SELECT node, rows, seconds FROM {rollup_nic} FINAL
     WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
     UNION ALL
     SELECT node, rows, seconds FROM {rollup_storage} FINAL
     WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
-) WHERE r > bitCount(s)
+) WHERE rows > bitCount(seconds)
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
 --    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
