@@ -658,11 +658,14 @@ WHERE gpus >= 2 AND m > greatest({stalled_second_fraction} * bs, {noise_z} * sig
 -- Episodes: runs of consecutive windows with the same straggler (wi - its row number is constant along
 -- a run), of {straggler_min_steps} steps (from SM activity: {straggler_min_windows} windows); persistent
 -- where the run covers {straggler_persistent_fraction} of the job's windows with step events (from SM
--- activity: of its running windows).
+-- activity: of its running windows). Each episode is numbered (`episode`): the windows of 11b carry the
+-- number rather than the episode's key (source, rank, node, GPU, first window: 50 bytes a row of the
+-- widest table, for the few rows in an episode), and stragglers.sql sums the gang's cost per number.
 CREATE OR REPLACE TABLE tmp_straggler_episodes ENGINE = Memory AS
 SELECT e.job_id AS job_id, e.src AS src, e.rank AS rank, e.node AS node, e.gpu AS gpu, e.wi_lo AS wi_lo,
        e.wi_hi AS wi_hi, e.steps AS steps, e.ratio AS ratio,
-       if(e.wi_hi - e.wi_lo + 1 >= {straggler_persistent_fraction} * j.windows, 'persistent', 'transient') AS kind
+       if(e.wi_hi - e.wi_lo + 1 >= {straggler_persistent_fraction} * j.windows, 'persistent', 'transient') AS kind,
+       toUInt32(row_number() OVER (ORDER BY e.job_id, e.src, e.rank, e.node, e.gpu, e.wi_lo)) AS episode  -- 11b, stragglers.sql
 FROM (
     SELECT job_id, src, rank, node, gpu, min(wi) AS wi_lo, max(wi) AS wi_hi,
            sum(steps) AS steps, quantileExactLow(0.5)(ratio) AS ratio
@@ -729,16 +732,14 @@ SETTINGS join_use_nulls = 1
 --    window the job's steps cover (a trace of step times alone, an agent without NVML) is classified by
 --    the steps, l = their wait; only with neither is it "no data" (12).
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS  -- only what 12 and stragglers.sql read
-SELECT jn, nn, wi, secs, no_data, l, p_data, p_comm, p_idle, d_why, c_why, blamed, episode_src, episode_rank,
-       episode_node, episode_gpu, episode_lo
+SELECT jn, nn, wi, secs, no_data, l, p_data, p_comm, p_idle, d_why, c_why, blamed, episode
 FROM (
     SELECT w.jn AS jn, w.nn AS nn, w.wi AS wi, w.secs AS secs,
            g.n = 0 AND sp.ranks = 0 AS no_data,
            sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
            in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
            in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
-           sg.src AS episode_src, sg.rank AS episode_rank, sg.node AS episode_node, sg.gpu AS episode_gpu,
-           sg.wi_lo AS episode_lo,
+           sg.episode AS episode,
            ifNull(sp.f_data, 0) AS f_data,
            multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
            f_data + f_comm AS f_step,
@@ -776,7 +777,7 @@ FROM (
     LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
     LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
     LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
-                      sw.gpu AS gpu, e.wi_lo AS wi_lo, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
+                      sw.gpu AS gpu, e.episode AS episode, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
                FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
                    ON sw.job_id = e.job_id AND sw.src = e.src AND sw.rank = e.rank AND sw.node = e.node
                       AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg

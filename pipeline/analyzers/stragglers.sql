@@ -8,10 +8,6 @@ SELECT '{cluster}', e.job_id, e.src, e.rank, e.node, e.gpu, toDateTime(intDiv(e.
        toDateTime(intDiv((e.wi_hi + 1) * {W}, 1000)), e.kind, e.steps, 100 * (e.ratio - 1), 1 / e.ratio,
        1 / e.ratio < {straggler_score}, ifNull(c.us, 0) / 1e6
 FROM tmp_straggler_episodes AS e
-LEFT JOIN (SELECT k.job_id AS job_id, r.episode_src AS src, r.episode_rank AS rank, r.episode_node AS node,
-                  r.episode_gpu AS gpu, r.episode_lo AS wi_lo, sum(toInt64(round(r.secs * r.l * r.p_comm * 1e6))) AS us
-           FROM tmp_run_split AS r INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS k ON r.jn = k.jn
-           WHERE r.blamed AND NOT r.no_data
-           GROUP BY job_id, src, rank, node, gpu, wi_lo) AS c
-    ON e.job_id = c.job_id AND e.src = c.src AND e.rank = c.rank AND e.node = c.node AND e.gpu = c.gpu
-       AND e.wi_lo = c.wi_lo
+LEFT JOIN (SELECT episode, sum(toInt64(round(secs * l * p_comm * 1e6))) AS us
+           FROM tmp_run_split WHERE blamed AND NOT no_data GROUP BY episode) AS c
+    ON e.episode = c.episode
