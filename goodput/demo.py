@@ -95,8 +95,12 @@ def run_demo(
     config_path: str | None,
     sim_overrides: dict | None = None,
     quiet: bool = False,
+    end_ms: int | None = None,
 ) -> dict:
-    """Runs the whole embedded path; returns paths and timings (tests read them)."""
+    """Runs the whole embedded path; returns paths and timings (tests read them).
+
+    The simulated span ends at `end_ms`, by default the current minute, so the demo reads as live data.
+    A test that reads a local day pins it: otherwise which day holds what depends on the hour it runs."""
     base = config_mod.load(config_path)
     cfg = scaled_config(base, gpus)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,7 +111,9 @@ def run_demo(
         except StoreLocked as e:
             raise SystemExit(f"goodput demo: {e}") from None
         shutil.rmtree(store_dir)
-    start_ms = (int(time.time()) // 60) * 60_000 - int(hours * 3_600_000)
+    if end_ms is None:
+        end_ms = (int(time.time()) // 60) * 60_000
+    start_ms = end_ms - int(hours * 3_600_000)
     sim_cfg = SimConfig.from_config(cfg, hours=hours, seed=seed, start_ms=start_ms, **(sim_overrides or {}))
     timings: dict[str, float] = {}
 
