@@ -376,6 +376,11 @@ SELECT job_id, node, gpu, toUInt32(row_number() OVER (ORDER BY job_id, node, gpu
        toUInt32(dense_rank() OVER (ORDER BY job_id)) AS jn, toUInt32(dense_rank() OVER (ORDER BY node)) AS nn
 FROM (SELECT DISTINCT job_id, node, gpu FROM tmp_alloc)
 ;;
+-- The names of the numbers, one row each: the readers of 8, 9, 10, 10c, 11b and 13 look them up here.
+CREATE OR REPLACE TABLE tmp_job_numbers ENGINE = Memory AS SELECT DISTINCT jn, job_id FROM tmp_slots
+;;
+CREATE OR REPLACE TABLE tmp_node_numbers ENGINE = Memory AS SELECT DISTINCT nn, node FROM tmp_slots
+;;
 -- 5a. Pieces: one GPU's allocation intersected with one segment.
 CREATE OR REPLACE TABLE tmp_pieces ENGINE = Memory AS
 SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, n.slot AS slot, n.jn AS jn, n.nn AS nn, s.phase AS phase,
@@ -452,7 +457,7 @@ FROM (
           FROM (SELECT jn, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key GROUP BY jn, key)
           GROUP BY jn) AS h
     INNER JOIN (SELECT jn, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY jn) AS t ON h.jn = t.jn
-    INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS k ON h.jn = k.jn
+    INNER JOIN tmp_job_numbers AS k ON h.jn = k.jn
 )
 ;;
 CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
@@ -539,7 +544,7 @@ FROM (
     FULL OUTER JOIN net AS n ON s.node = n.node AND s.wi = n.wi
     LEFT JOIN dim_nodes AS d ON coalesce(s.node, n.node) = d.node
     LEFT JOIN pool_storage AS ps ON d.pool = ps.pool AND coalesce(s.wi, n.wi) = ps.wi
-    LEFT JOIN (SELECT DISTINCT node, nn FROM tmp_slots) AS k ON coalesce(s.node, n.node) = k.node
+    LEFT JOIN tmp_node_numbers AS k ON coalesce(s.node, n.node) = k.node
 )
 SETTINGS join_use_nulls = 1
 ;;
@@ -548,8 +553,8 @@ CREATE OR REPLACE TABLE tmp_stragglers ENGINE = Memory AS
 SELECT j.job_id AS job_id, s.jn AS jn, s.wi AS wi, concat('straggler ', k.node, ' GPU ', toString(s.first.2)) AS why
 FROM (SELECT jn, wi, arraySort(groupArray((nn, gpu)))[1] AS first  -- nn: in node order
       FROM tmp_run_gpu WHERE bitAnd(thr, {straggler_mask}) != 0 GROUP BY jn, wi) AS s
-INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS j ON s.jn = j.jn
-INNER JOIN (SELECT DISTINCT nn, node FROM tmp_slots) AS k ON s.first.1 = k.nn
+INNER JOIN tmp_job_numbers AS j ON s.jn = j.jn
+INNER JOIN tmp_node_numbers AS k ON s.first.1 = k.nn
 ;;
 -- 10a. The training loop's own account, where ranks report step events: per (job, window), the share of
 --    the reporting ranks' step time spent waiting for data and for communication *beyond the job's
@@ -651,8 +656,8 @@ per_window AS (
 SELECT j.job_id AS job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, k.node AS node,
        toInt32(if(length(busy) = 1, top.2, -1)) AS gpu, toFloat64(top.3 / m) AS ratio, toUInt64(0) AS steps,
        toFloat64(1 - m / top.3) AS f_wait
-FROM per_window AS w INNER JOIN (SELECT DISTINCT nn, node FROM tmp_slots) AS k ON w.top.1 = k.nn
-INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS j ON w.jn = j.jn
+FROM per_window AS w INNER JOIN tmp_node_numbers AS k ON w.top.1 = k.nn
+INNER JOIN tmp_job_numbers AS j ON w.jn = j.jn
 WHERE gpus >= 2 AND m > greatest({stalled_second_fraction} * bs, {noise_z} * sigma)
   AND top.3 >= bs * (1 - greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(top.4) / bs))
   AND top.3 >= (1 + {straggler_min_slowdown}) * m AND top.3 - m >= band
@@ -681,7 +686,7 @@ INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_ste
             UNION ALL
             SELECT k.job_id, 'sm_activity', r.windows
             FROM (SELECT jn, uniqExact(wi) AS windows FROM tmp_run_gpu GROUP BY jn) AS r
-            INNER JOIN (SELECT DISTINCT jn, job_id FROM tmp_slots) AS k ON r.jn = k.jn) AS j
+            INNER JOIN tmp_job_numbers AS k ON r.jn = k.jn) AS j
     ON e.job_id = j.job_id AND e.src = j.src
 ;;
 -- 11. Running time split: (1 - l) productive; l to data_stall / comm_stall by evidence, else idle (12).
@@ -844,14 +849,14 @@ FROM (
     INNER JOIN (  -- each job's name, account and team, and each node's pool and price, looked up once
         SELECT k.jn AS jn, k.job_id AS job_id, ifNull(j.account, '') AS account,
                ifNull(a.team, '{default_team}') AS team
-        FROM (SELECT DISTINCT jn, job_id FROM tmp_slots) AS k
+        FROM tmp_job_numbers AS k
         LEFT JOIN (SELECT job_id, argMinIf(account, (t, o), account != '') AS account FROM tmp_events
                    GROUP BY job_id) AS j ON k.job_id = j.job_id
         LEFT JOIN dim_accounts AS a ON j.account = a.account
     ) AS jobs ON c.jn = jobs.jn
     INNER JOIN (
         SELECT k.nn AS nn, ifNull(d.pool, '') AS pool, ifNull(d.price_per_gpu_hour, 0) AS price
-        FROM (SELECT DISTINCT nn, node FROM tmp_slots) AS k LEFT JOIN dim_nodes AS d ON k.node = d.node
+        FROM tmp_node_numbers AS k LEFT JOIN dim_nodes AS d ON k.node = d.node
     ) AS nodes ON c.nn = nodes.nn
     SETTINGS join_use_nulls = 1
 )

@@ -42,6 +42,8 @@ TEMP_TABLES = (
     "tmp_lifecycle",
     "tmp_segments",
     "tmp_slots",
+    "tmp_job_numbers",
+    "tmp_node_numbers",
     "tmp_pieces",
     "tmp_piece_windows",
     "tmp_run_gpu",
