@@ -268,6 +268,10 @@ SETTINGS join_use_nulls = 1
 --     order and checked window by window: 1,024 groups of arrays instead of a hash of 9 M windows (3.7 ->
 --     3.0 s for the statement, 2.1 -> 1.1 GB peak, on the bench day). With {rollups} = 0 (a window that is
 --     no multiple of the rollups' 10 s, or a run told to) every node is read from its raw rows.
+--     The NIC rollup is read once, for this check and for step 9: its fabric signals per (node, window),
+--     with whether a port's window was stored twice (tmp_nic_windows, run.py NIC_WINDOWS).
+CREATE OR REPLACE TABLE tmp_nic_windows ENGINE = Memory AS {nic_rollup_windows}
+;;
 CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
 SELECT node FROM tmp_clock
 UNION DISTINCT
@@ -281,13 +285,10 @@ SELECT DISTINCT node FROM (  -- per GPU its rows in window order, split into win
 WHERE arrayExists(c -> arraySum(x -> x.2, c) > bitCount(arrayFold((acc, x) -> bitOr(acc, x.3), c, toUInt64(0))),
                   windows)
 UNION DISTINCT
-SELECT DISTINCT node FROM (
-    SELECT node, rows, seconds FROM {rollup_nic} FINAL
-    WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
-    UNION ALL
-    SELECT node, rows, seconds FROM {rollup_storage} FINAL
-    WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
-) WHERE rows > bitCount(seconds)
+SELECT DISTINCT node FROM tmp_nic_windows WHERE stored_twice
+UNION DISTINCT
+SELECT DISTINCT node FROM {rollup_storage} FINAL
+WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span} AND rows > bitCount(seconds)
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
 --    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
@@ -487,7 +488,7 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 --    evidence (at or above threshold, or risen with the stall: 11a). Read from the NIC and storage rollups
 --    or the same sums over the raw rows (3e); rates are averaged from integer sums (milli-units). Each
 --    node's storage per window first (tmp_node_storage), as both the pool's sum and the node's own
---    signal read it; a NIC port's sums per window come from {nic_ports} (run.py).
+--    signal read it; the fabric signals per (node, window) from tmp_nic_windows (3e) or the raw rows.
 CREATE OR REPLACE TABLE tmp_node_storage ENGINE = Memory AS
 SELECT node, wi,
        sumIf(read_sum, source IN ('nfs', 'lustre'))
@@ -516,13 +517,10 @@ pool_storage AS (
     GROUP BY pool, wi
 ),
 net AS (
-    SELECT node, wi,
-           max(if(xmit_wait_n > 0, xmit_wait_milli / xmit_wait_n / 1000, NULL)) AS xmit_wait,
-           max(if(ecn_n > 0, ecn_milli / ecn_n / 1000, NULL)) AS ecn,
-           max(cnp_milli / rows / 1000) AS cnp,
-           max(if(line_n > 0, line_micro / line_n / 1e6, NULL)) AS line_frac
-    FROM ({nic_ports})
-    GROUP BY node, wi
+    SELECT node, wi, xmit_wait, ecn, cnp, line_frac FROM tmp_nic_windows
+    WHERE node NOT IN (SELECT node FROM tmp_raw_nodes)
+    UNION ALL
+    SELECT node, wi, xmit_wait, ecn, cnp, line_frac FROM ({nic_raw_windows})
 )
 SELECT node, nn, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
        if(s_pool >= s_psi, concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)),

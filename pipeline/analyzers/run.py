@@ -37,6 +37,7 @@ TEMP_TABLES = (
     "tmp_alloc",
     "tmp_clock",
     "tmp_span",
+    "tmp_nic_windows",
     "tmp_raw_nodes",
     "tmp_start",
     "tmp_lifecycle",
@@ -256,25 +257,42 @@ GPU_WINDOWS = (
 same sums over their raw rows (per window of W); `ws` is the row's window start (ms), `wi` its window of W."""
 
 
-NIC_PORTS = (
-    "SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, {columns} "
-    "FROM {rollup} {final} WHERE cluster = '{cluster}' AND {rollups} "
-    "AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {span} {group} "
-    "UNION ALL "
-    "SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}), {raw_columns} "
-    "FROM ({raw})"
+NIC_ROLLUP_PORTS = (
+    "SELECT node, device, port, wi, {columns}, {twice} AS stored_twice FROM ("
+    "SELECT *, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, "
+    "rows > bitCount(seconds) AS twice "
+    "FROM {rollup} FINAL WHERE cluster = '{cluster}' AND {rollups} AND {span}) {group}"
 )
-"""{nic_ports}: one row per NIC port and window of W with its sums, from its rollup rows or, for step 3e's
-nodes, from its raw rows. Windows of the rollup's own 10 s read the rollup FINAL (its parts merged per
-port and window as they are read, in sort order), which costs half a GROUP BY of its 9 M keys a day;
-longer windows sum their 10 s rows per port."""
+"""A NIC port's sums per window of W from its rollup, every node's (step 3e has not chosen yet), read
+FINAL: its parts merged per port and 10 s as they are read, in sort order, which costs half a GROUP BY
+of the 9 M keys of a day, and leaves one row per key for step 3e's check (more rows than seconds: a
+batch stored twice). A longer window sums its 10 s rows per port."""
+
+NIC_RAW_PORTS = (
+    "SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, "
+    "{columns}, toUInt8(0) AS stored_twice FROM ({raw})"
+)
+"""The same from the raw rows of step 3e's nodes (deduplicated by FINAL: nothing stored twice)."""
+
+NIC_WINDOWS = (
+    "SELECT node, wi, "
+    "max(if(xmit_wait_n > 0, xmit_wait_milli / xmit_wait_n / 1000, NULL)) AS xmit_wait, "
+    "max(if(ecn_n > 0, ecn_milli / ecn_n / 1000, NULL)) AS ecn, "
+    "max(cnp_milli / rows / 1000) AS cnp, "
+    "max(if(line_n > 0, line_micro / line_n / 1e6, NULL)) AS line_frac, "
+    "max(stored_twice) AS stored_twice "
+    "FROM ({ports}) GROUP BY node, wi"
+)
+"""A node's fabric signals per window (goodput.sql 9): each the highest of its ports' averages, from the
+ports' integer sums, so any merge order of the rollup's parts gives the same numbers. {nic_rollup_windows}
+reads the rollup once, for both step 3e's check and step 9; {nic_raw_windows} the raw rows of 3e's nodes."""
 
 
 def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     """{rollup_<kind>} (the rollup table) and what goodput.sql reads of `kind` from both sources, its
     rollup and, for step 3e's nodes, the rollup's sums over their raw rows (ddl.rollup_select, per window
-    of W), in one shape of row: {gpu_windows}, {nic_ports}, and {raw_storage_windows} (the storage step
-    adds its rollup rows itself)."""
+    of W): {gpu_windows} in one shape of row from both, {nic_rollup_windows} and {nic_raw_windows} (per
+    node and window), and {raw_storage_windows} (the storage step adds its rollup rows itself)."""
     source = RAW_WINDOWS.format(
         offset=NODE_OFFSET_MS,
         raw=catalog.RAW_TABLES[kind],
@@ -293,16 +311,15 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     elif kind == "nic":
         columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
         whole = int(params["W"]) == ddl.R_MS
-        out["nic_ports"] = temp_names(
-            NIC_PORTS.format(
-                columns=", ".join(columns if whole else (f"sum({c}) AS {c}" for c in columns)),
-                final="FINAL" if whole else "",
-                group="" if whole else "GROUP BY node, device, port, wi",
-                raw_columns=", ".join(columns),
-                **common,
-            ),
-            run_id,
+        rollup_ports = NIC_ROLLUP_PORTS.format(
+            columns=", ".join(columns if whole else (f"sum({c}) AS {c}" for c in columns)),
+            twice="twice" if whole else "max(twice)",
+            group="" if whole else "GROUP BY node, device, port, wi",
+            **common,
         )
+        raw_ports = NIC_RAW_PORTS.format(columns=", ".join(columns), **common)
+        out["nic_rollup_windows"] = temp_names(NIC_WINDOWS.format(ports=rollup_ports), run_id)
+        out["nic_raw_windows"] = temp_names(NIC_WINDOWS.format(ports=raw_ports), run_id)
     else:
         out[f"raw_{kind}_windows"] = raw
     return out

@@ -110,8 +110,8 @@ def test_a_window_no_multiple_of_10_s_reads_the_raw_rows_and_classifies_the_same
 
 def test_a_window_of_several_rollup_windows_gives_the_tables_the_raw_rows_give(sc):
     """A 30 s window sums three 10 s rollup rows per GPU and per NIC port (goodput.sql 7, and 9 through
-    {nic_ports}, which reads 10 s windows FINAL instead): the same tables, byte for byte, as reading
-    every node's raw rows at 30 s."""
+    run.py's NIC_ROLLUP_PORTS, which sums a 10 s window's merged row as it is): the same tables, byte for
+    byte, as reading every node's raw rows at 30 s."""
     cluster_day(sc)
     d = dict(job_id="d", account="llm")  # stalls in (300, 330] while one port of N1 congests for 10 s of it
     sc.job(dict(t=99, event="submitted", gpus_requested=2, **d))
