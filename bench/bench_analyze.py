@@ -1,7 +1,7 @@
 """How long the analyzers take over a cluster's day, against the bare query over the same rows (issue 19).
 
     .venv/bin/python bench/bench_analyze.py [--gpus 1024] [--hours 24] [--repeat 3] [--store DIR]
-                                             [--json out.json]
+                                             [--raw] [--last SECONDS] [--json out.json]
 
 The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers_mt()`), not
 through the simulator and the loader's JSON path, which would take most of the run at this size: per
@@ -17,9 +17,11 @@ drawn per (gang, minute) from a hash so every GPU of a gang stalls together. The
 Each measurement runs in a fresh process, so its peak RSS is its own: `goodput analyze` over the whole
 day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity over the same raw GPU
 rows; with --raw also the analyzers reading every node's raw rows instead of the rollups (what they did
-before the rollups, and do for nodes with a clock offset or a duplicate). Printed: min / median / max
-seconds of each, the median CPU-seconds (user + system of the process: steadier than wall time on a
-shared machine), the ratios of medians, peak RSS, rows, and the time per statement of the last run.
+before the rollups, and do for nodes with a clock offset or a duplicate); with --last SECONDS also the
+analysis of the data's last SECONDS, as the loader service runs it every few minutes. Printed: min /
+median / max seconds of each, the median CPU-seconds (user + system of the process: steadier than wall
+time on a shared machine), the ratios of medians, peak RSS, rows, and the time per statement of the last
+run.
 """
 
 from __future__ import annotations
@@ -248,8 +250,9 @@ if {what!r}.startswith("analyze"):
         name = re.sub(r"_[0-9a-f]{{12}}$", "", analyzers.step_name(sql))  # without the run id
         steps.append((name, round(time.perf_counter() - s, 2)))
     store.execute = timed
-    analyzers.run(store, scaled_config(config_mod.load(), meta["gpus"]), meta["t0_ms"], meta["end_ms"],
-                  rollups={what!r} == "analyze")
+    start_ms = meta["end_ms"] - {last_ms} if {what!r} == "analyze_last" else meta["t0_ms"]
+    analyzers.run(store, scaled_config(config_mod.load(), meta["gpus"]), start_ms, meta["end_ms"],
+                  rollups={what!r} != "analyze_raw")
 else:
     store.query_arrow("SELECT count() AS n FROM (SELECT node, gpu, intDiv(toUnixTimestamp64Milli(ts), 10000) "
                       "AS w, avg(sm_active_pct) AS b FROM raw_gpu GROUP BY node, gpu, w)")
@@ -260,18 +263,20 @@ print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps}}))
 """
 
 
-def measure(path: Path, meta: dict, what: str) -> dict:
-    code = MEASURE.format(root=str(ROOT), meta=json.dumps(meta), path=str(path), what=what)
+def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
+    code = MEASURE.format(
+        root=str(ROOT), meta=json.dumps(meta), path=str(path), what=what, last_ms=last_s * 1000
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def repeat(path: Path, meta: dict, what: str, times: int) -> dict:
+def repeat(path: Path, meta: dict, what: str, times: int, last_s: int = 0) -> dict:
     """`what` measured `times` times, each in a fresh process: min / median / max seconds, the median
     CPU-seconds, the peak RSS, and the last run's time per statement."""
     runs = []
     for i in range(times):
-        runs.append(measure(path, meta, what))
+        runs.append(measure(path, meta, what, last_s))
         print(
             f"  {meta['gpus']} GPUs x {meta['hours']:g} h, {what} {i + 1}/{times}: {runs[-1]['s']:.2f} s "
             f"({runs[-1]['cpu_s']:.1f} CPU-s), peak RSS {runs[-1]['rss_mb']:.0f} MB",
@@ -301,6 +306,13 @@ def main() -> int:
         help="the store's directory (default ~/.cache/goodput/bench-analyze-<gpus>g-<hours>h)",
     )
     ap.add_argument("--raw", action="store_true", help="also time the analyzers on the raw rows")
+    ap.add_argument(
+        "--last",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="also time the analysis of the data's last SECONDS (the loader service's periodic run)",
+    )
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     path = args.store or Path.home() / ".cache" / "goodput" / f"bench-analyze-{args.gpus}g-{args.hours:g}h"
@@ -310,8 +322,12 @@ def main() -> int:
         f"built in {meta['build_s']} s"
     )
     result: dict = {"data": meta}
-    for what in ("bare", "analyze") + (("analyze_raw",) if args.raw else ()):
-        result[what] = repeat(path, meta, what, args.repeat)
+    for what in (
+        ("bare", "analyze")
+        + (("analyze_raw",) if args.raw else ())
+        + (("analyze_last",) if args.last else ())
+    ):
+        result[what] = repeat(path, meta, what, args.repeat, args.last)
         print(
             f"{what:8s} min {result[what]['min_s']:.2f} s  median {result[what]['median_s']:.2f} s  "
             f"max {result[what]['max_s']:.2f} s  median {result[what]['median_cpu_s']:.1f} CPU-s  "
@@ -326,6 +342,13 @@ def main() -> int:
     if args.raw:
         gain = result["analyze_raw"]["median_s"] / result["analyze"]["median_s"]
         print(f"analyze on raw rows / on rollups: {gain:.1f}x")
+    if args.last:
+        share = result["analyze_last"]["median_s"] / result["analyze"]["median_s"]
+        print(
+            f"analyze of the last {args.last} s: {result['analyze_last']['median_s']:.2f} s "
+            f"(target < 1 s at 10k GPUs), {share:.2f}x the whole {meta['hours']:g} h: a run re-classifies "
+            f"each job it finds over the job's whole allocation"
+        )
     slowest = sorted(result["analyze"]["steps"], key=lambda s: -s[1])[:8]
     print("slowest statements (last run):", ", ".join(f"{name} {s:.1f} s" for name, s in slowest))
     store = ChdbStore(path)
