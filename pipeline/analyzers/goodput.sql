@@ -409,8 +409,9 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    the pieces, so no join puts the names back (the table: 0.92 -> 0.74 GB on the bench day).
 CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
 WITH
-rolled AS ({gpu_windows}),
-runs AS (SELECT slot, jn, nn, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run'),
+rolled AS (SELECT * FROM ({gpu_windows})
+           WHERE node IN (SELECT node FROM tmp_node_numbers WHERE nn % {parts} = {part})),
+runs AS (SELECT slot, jn, nn, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run' AND nn % {parts} = {part}),
 edges AS (
     SELECT slot, jn, nn, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi
     FROM runs
@@ -505,6 +506,7 @@ FROM (
            psi_max, times
     FROM ({raw_storage_windows})
 )
+WHERE cityHash64(node) % {parts} = {part}
 GROUP BY node, wi
 ;;
 CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
@@ -648,7 +650,7 @@ per_window AS (
            {noise_z} * sqrt(2) * 1.4826 * mad AS band,
            arrayFilter(x -> x.3 >= least(top.3 - band, (top.3 + m) / 2), ranked) AS busy
     FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.jn = h.jn
-    WHERE h.job_id NOT IN (SELECT job_id FROM tmp_step_split)
+    WHERE h.job_id NOT IN (SELECT job_id FROM tmp_step_split) AND r.jn % {parts} = {part}
     GROUP BY r.jn, r.wi
 )
 SELECT j.job_id AS job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, k.node AS node,
@@ -777,10 +779,12 @@ FROM (
                           '% of its threshold, risen with the stall)'), ''))) AS c_why
     FROM (SELECT k.job_id AS job_id, k.node AS node, k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn,
                  p.wi AS wi, p.secs AS secs
-          FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot WHERE p.phase = 'run') AS w
-    LEFT JOIN tmp_loss AS g ON w.slot = g.slot AND w.wi = g.wi
-    LEFT JOIN tmp_node_evidence AS e ON w.nn = e.nn AND w.wi = e.wi
-    LEFT JOIN tmp_evidence_base AS b ON w.jn = b.jn AND w.nn = b.nn
+          FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot
+          WHERE p.phase = 'run' AND p.nn % {parts} = {part}) AS w
+    LEFT JOIN (SELECT slot, wi, n, l FROM tmp_loss WHERE nn % {parts} = {part}) AS g
+        ON w.slot = g.slot AND w.wi = g.wi
+    LEFT JOIN (SELECT * FROM tmp_node_evidence WHERE nn % {parts} = {part}) AS e ON w.nn = e.nn AND w.wi = e.wi
+    LEFT JOIN (SELECT * FROM tmp_evidence_base WHERE nn % {parts} = {part}) AS b ON w.jn = b.jn AND w.nn = b.nn
     LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
     LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
     LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,

@@ -14,11 +14,13 @@ never overwrite each other's, and drops them when it ends, failed or not.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
 import uuid
 from collections import ChainMap
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -343,18 +345,46 @@ def data_end(store: Store, cluster: str) -> int:
     return int(t.column("t")[0].as_py() or 0)
 
 
+ROWS_PER_PART = 2_000_000
+"""The rows of allocated time per (job, GPU, window) (tmp_piece_windows) that one part of goodput.sql's
+widest statements takes. Each statement naming {part} runs once per part, over the nodes or jobs whose
+number is {part} modulo {parts}: its hash tables then hold one part's keys, not the run's, and the run's
+peak memory is the tables kept plus one part's working set (docs/performance.md: on the bench day, 8.8 M
+rows in 5 parts, 2.5 -> 1.8 GB). A run of fewer rows is one part."""
+
+_KEEP_PARTS = {"part": "{part}", "parts": "{parts}"}
+_CREATE = re.compile(r"CREATE OR REPLACE TABLE (\w+) ENGINE = Memory AS\s")
+
+
 def statements(name: str, params: dict) -> list[str]:
     """The statements of one SQL file with its placeholders filled and its temp tables named for the run
     (params["run_id"]); a statement naming {alive_jobs} comes once per entry of params["alive_jobs"]
-    (see `alive_jobs`)."""
+    (see `alive_jobs`). {part} and {parts} stay, for `in_parts` to number when the run's size is known."""
     text = temp_names((HERE / name).read_text(), params.get("run_id", ""))
     body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    fill = ChainMap(_KEEP_PARTS, params)
     out = []
     for s in (s.strip() for s in body.split(";;") if s.strip()):
         if "{alive_jobs}" in s:
-            out += [s.format_map(ChainMap({"alive_jobs": jobs}, params)) for jobs in params["alive_jobs"]]
+            out += [s.format_map(ChainMap({"alive_jobs": jobs}, fill)) for jobs in params["alive_jobs"]]
         else:
-            out.append(s.format_map(params))
+            out.append(s.format_map(fill))
+    return out
+
+
+def part_count(store: Store, run_id: str) -> int:
+    """How many parts the run's partitioned statements take (`ROWS_PER_PART`)."""
+    rows = store.query_arrow(f"SELECT count() AS n FROM tmp_piece_windows_{run_id}").column("n")[0].as_py()
+    return max(1, -(-int(rows) // ROWS_PER_PART))
+
+
+def in_parts(sql: str, parts: int) -> list[str]:
+    """`sql` once per part, {part} numbered from 0 of {parts}: a CREATE makes its table of the first part
+    and inserts the others into it."""
+    out = []
+    for part in range(parts):
+        one = sql.replace("{parts}", str(parts)).replace("{part}", str(part))
+        out.append(_CREATE.sub(r"INSERT INTO \1 ", one, count=1) if part else one)
     return out
 
 
@@ -423,11 +453,18 @@ def step_name(sql: str) -> str:
 
 
 def _execute(
-    store: Store, sqls: list[str], name: str, progress: Progress | None, named_later: set[str], run_id: str
+    store: Store,
+    sqls: list[str],
+    name: str,
+    progress: Progress | None,
+    named_later: set[str],
+    run_id: str,
+    parts: Callable[[], int],
 ) -> None:
-    """Runs `sqls` and drops each temp table after the last statement of the run naming it (`named_later`:
-    those the run names after `sqls`). The widest hold a row per (job, GPU, window), about 1 GB each on the
-    bench day (docs/performance.md), and the run's peak memory is the sum of those alive at once."""
+    """Runs `sqls`, each naming {part} once per part of `parts()` (`in_parts`), and drops each temp table
+    after the last statement of the run naming it (`named_later`: those the run names after `sqls`). The
+    widest hold a row per (job, GPU, window), about 0.5 GB each on the bench day (docs/performance.md), and
+    the run's peak memory is the sum of those alive at once, plus the working set of one statement."""
     if progress:
         progress.grow(len(sqls))
     reads = [temp_reads(sql, run_id) for sql in sqls]
@@ -435,7 +472,8 @@ def _execute(
     for names in reversed(reads[1:]):
         after.insert(0, after[0] | names)
     for sql, names, still_named in zip(sqls, reads, after, strict=True):
-        store.execute(sql)
+        for one in in_parts(sql, parts()) if "{part}" in sql else [sql]:
+            store.execute(one)
         for table in sorted(names - still_named):
             store.execute(f"DROP TABLE IF EXISTS {table}")
         if progress:
@@ -450,12 +488,14 @@ def run(
     progress: Progress | None = None,
     *,
     rollups: bool = True,
+    parts: int | None = None,
 ) -> dict[str, float]:
     """Classifies [start_ms, end_ms) and returns seconds per SQL file, for the log; `progress` gets a
     step per statement (the commands pass one; the loader service's periodic runs do not).
 
     `rollups=False` reads every node's raw rows, as a window that is no multiple of the rollups' does:
-    the tests check that both give the same tables."""
+    the tests check that both give the same tables. `parts` sets how many parts the widest statements
+    take (default: one per `ROWS_PER_PART` rows); the tests check that any number gives the same tables."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
@@ -471,10 +511,11 @@ def run(
     for kind in catalog.ROLLUP_TABLES:
         params.update(rollup_params(kind, params, run_id))
     later = named_after_each_file(params, run_id)
+    count_parts = functools.cache(lambda: parts or part_count(store, run_id))
     try:
         selection, *rest = statements("goodput.sql", {**params, "alive_jobs": ["..."]})
         named_later = later["goodput.sql"] | temp_reads("\n".join(rest), run_id)
-        _execute(store, [selection], "goodput.sql", progress, named_later, run_id)
+        _execute(store, [selection], "goodput.sql", progress, named_later, run_id, count_parts)
         # the deletes that follow name the jobs the selection read
         params["alive_jobs"] = alive_jobs(store, run_id)
         _execute(
@@ -484,6 +525,7 @@ def run(
             progress,
             later["goodput.sql"],
             run_id,
+            count_parts,
         )
         timings["goodput.sql"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -492,7 +534,7 @@ def run(
             params[c] = str(int(span.column(c)[0].as_py()))
         params.update(fleet_ranges(store, params, run_id))
         for name in SQL_FILES:
-            _execute(store, statements(name, params), name, progress, later[name], run_id)
+            _execute(store, statements(name, params), name, progress, later[name], run_id, count_parts)
             timings[name] = time.perf_counter() - t
             t = time.perf_counter()
     finally:

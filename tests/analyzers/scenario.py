@@ -28,10 +28,11 @@ def ms(t_s: float) -> int:
 
 
 class Scenario:
-    def __init__(self, store, cfg=None, rollups: bool = True):
+    def __init__(self, store, cfg=None, rollups: bool = True, parts: int | None = None):
         self.store = store
         self.cfg = cfg or config_mod.load()
         self.rollups = rollups
+        self.parts = parts
         self.batches: list[tuple[str, bytes, bytes]] = []
         self.seq: dict[tuple[str, str], int] = defaultdict(int)
 
@@ -142,7 +143,7 @@ class Scenario:
             self.batches = []
 
     def analyze(self, t0: float, t1: float) -> None:
-        analyzers.run(self.store, self.cfg, ms(t0), ms(t1), rollups=self.rollups)
+        analyzers.run(self.store, self.cfg, ms(t0), ms(t1), rollups=self.rollups, parts=self.parts)
 
     def cats(self, job_id: str) -> dict[str, float]:
         t = self.store.query_arrow(

@@ -64,6 +64,21 @@ def test_reanalysing_overlapping_ranges_changes_nothing(sc):
         assert sc.dump() == first, (t0, t1)
 
 
+@pytest.mark.parametrize("parts", [2, 3, 5])
+def test_any_number_of_parts_gives_the_tables_of_one(sc, parts):
+    """The widest statements run in parts over the nodes or jobs (analyzers.run.ROWS_PER_PART): three
+    nodes in 2, 3 or 5 parts (two of them empty) give the tables of one part, byte for byte."""
+    cluster_day(sc)
+    sc.load()
+    sc.parts = 1
+    sc.analyze(0, 1000)
+    one = sc.dump()
+    assert {r[1] for r in one["job_summary"]} == {"a", "b", "c"}
+    sc.parts = parts
+    sc.analyze(0, 1000)
+    assert sc.dump() == one
+
+
 def test_half_a_job_gives_the_same_numbers_as_the_whole(sc):
     cluster_day(sc)
     sc.load()

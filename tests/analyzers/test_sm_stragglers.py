@@ -85,6 +85,18 @@ def test_a_gpu_four_percent_slower_costs_every_other_gpu_four_percent(sc):
     assert [b.startswith("straggler gpu-core-002 GPU 1 (") for b in blamed.to_pylist()] == [True]
 
 
+def test_an_episode_and_its_cost_are_the_same_in_any_number_of_parts(sc):
+    """10c and 11b run in parts over the jobs and nodes (analyzers.run.ROWS_PER_PART): the straggler's
+    node and its peer's in parts of their own, or in one, give the same tables."""
+    gang(sc, slow=1.04)
+    first = sc.dump()
+    assert len(episodes(sc)) == 1
+    for parts in (1, 3):
+        sc.parts = parts
+        sc.analyze(0, END + 100)
+        assert sc.dump() == first, parts
+
+
 def test_two_percent_is_under_the_threshold(sc):
     gang(sc, slow=1.02, noise=0.003)
     assert episodes(sc) == []
