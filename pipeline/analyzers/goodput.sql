@@ -10,6 +10,11 @@
 -- up to {as_of}, the end of the data (the latest job event or GPU sample), not the range's end.
 -- Sums are taken over integers (micro-seconds, nano-currency), quantiles are exact and ties are broken
 -- by value, so the same input gives the same tables byte for byte.
+-- A statement naming {part} runs once per part of the run's (job, GPU, window) rows (run.py ROWS_PER_PART),
+-- over the nodes (nn, or a hash of the node name where nodes outside the run count too) or the jobs (jn)
+-- whose number is {part} modulo {parts}: each part groups and joins only its own keys, so the statement's
+-- hash tables hold a part, not the day. A part's rows depend on no other part's, so the tables are the
+-- same in any number of parts.
 
 -- 1. Job events of jobs alive in the range: all their events, before and after it.
 CREATE OR REPLACE TABLE tmp_events ENGINE = Memory AS
@@ -525,10 +530,12 @@ net AS (
     SELECT node, wi, xmit_wait, ecn, cnp, line_frac FROM ({nic_raw_windows})
 )
 SELECT node, nn, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
-       if(s_pool >= s_psi, concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)),
-                                  '% of its ceiling'),
-          concat('I/O pressure ', toString(round(psi)), '% on ', node)) AS storage_why,
-       if(s_congestion >= s_line, concat('fabric congestion at ', node), concat('NIC line rate at ', node)) AS net_why
+       toLowCardinality(
+           if(s_pool >= s_psi,
+              concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)), '% of its ceiling'),
+              concat('I/O pressure ', toString(round(psi)), '% on ', node))) AS storage_why,
+       toLowCardinality(if(s_congestion >= s_line, concat('fabric congestion at ', node),
+                           concat('NIC line rate at ', node))) AS net_why
 FROM (
     SELECT coalesce(s.node, n.node) AS node, ifNull(k.nn, toUInt32(0)) AS nn, coalesce(s.wi, n.wi) AS wi,
            ifNull(d.pool, '') AS pool,
@@ -697,8 +704,10 @@ INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_ste
 --    other ("live") seconds lose 1 - b_live/b*, taken as 0 below the tolerance: {healthy_tolerance}, or
 --    {noise_z} x the noise of the window's live mean (sigma / sqrt(live seconds)) over b* where that is
 --    larger, so noise alone never makes a loss. The dead seconds are read off the window's levels (keys).
-CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS  -- only what 11a and 11b read: a row per (job, GPU, window)
-SELECT slot, jn, nn, wi, n, l FROM (
+--    Only what 11a and 11b read, a row per (job, GPU, window) with samples: `sampled` is 1, and 0 where
+--    11b's join finds no row.
+CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS
+SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
     SELECT slot, jn, nn, wi, n,
            greatest(ifNull(b_star, 0), 1e-6) AS bs,
            greatest({stalled_second_fraction} * bs, {noise_z} * sigma) * 100 AS dead_key,
@@ -744,7 +753,7 @@ SELECT jn, nn, wi, secs, no_data, l, p_data, p_comm, p_idle, toLowCardinality(d_
        toLowCardinality(c_why) AS c_why, blamed, episode
 FROM (
     SELECT w.jn AS jn, w.nn AS nn, w.wi AS wi, w.secs AS secs,
-           g.n = 0 AND sp.ranks = 0 AS no_data,
+           g.sampled = 0 AND sp.ranks = 0 AS no_data,
            sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
            in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
            in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
@@ -781,7 +790,7 @@ FROM (
                  p.wi AS wi, p.secs AS secs
           FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot
           WHERE p.phase = 'run' AND p.nn % {parts} = {part}) AS w
-    LEFT JOIN (SELECT slot, wi, n, l FROM tmp_loss WHERE nn % {parts} = {part}) AS g
+    LEFT JOIN (SELECT slot, wi, sampled, l FROM tmp_loss WHERE nn % {parts} = {part}) AS g
         ON w.slot = g.slot AND w.wi = g.wi
     LEFT JOIN (SELECT * FROM tmp_node_evidence WHERE nn % {parts} = {part}) AS e ON w.nn = e.nn AND w.wi = e.wi
     LEFT JOIN (SELECT * FROM tmp_evidence_base WHERE nn % {parts} = {part}) AS b ON w.jn = b.jn AND w.nn = b.nn
