@@ -350,7 +350,7 @@ ROWS_PER_PART = 2_000_000
 widest statements takes. Each statement naming {part} runs once per part, over the nodes or jobs whose
 number is {part} modulo {parts}: its hash tables then hold one part's keys, not the run's, and the run's
 peak memory is the tables kept plus one part's working set (docs/performance.md: on the bench day, 8.8 M
-rows in 5 parts, 2.5 -> 1.8 GB). A run of fewer rows is one part."""
+rows in 5 parts, peak RSS 2.8-3.1 -> 1.86-1.96 GB for 0-2 s of ~28). A run of fewer rows is one part."""
 
 _KEEP_PARTS = {"part": "{part}", "parts": "{parts}"}
 _CREATE = re.compile(r"CREATE OR REPLACE TABLE (\w+) ENGINE = Memory AS\s")
@@ -380,12 +380,16 @@ def part_count(store: Store, run_id: str) -> int:
 
 def in_parts(sql: str, parts: int) -> list[str]:
     """`sql` once per part, {part} numbered from 0 of {parts}: a CREATE makes its table of the first part
-    and inserts the others into it."""
-    out = []
-    for part in range(parts):
-        one = sql.replace("{parts}", str(parts)).replace("{part}", str(part))
-        out.append(_CREATE.sub(r"INSERT INTO \1 ", one, count=1) if part else one)
-    return out
+    and inserts the others into it (a statement of another shape is refused: each part would replace
+    the last)."""
+    insert = _CREATE.sub(r"INSERT INTO \1 ", sql, count=1)
+    if not insert.startswith("INSERT INTO "):
+        raise ValueError(
+            "a statement naming {part} must be 'CREATE OR REPLACE TABLE <t> ENGINE = Memory AS ...' or an "
+            f"INSERT: {first_line(sql)}"
+        )
+    numbered = [(insert if part else sql).replace("{parts}", str(parts)) for part in range(parts)]
+    return [one.replace("{part}", str(part)) for part, one in enumerate(numbered)]
 
 
 class _StandIns(dict):

@@ -106,3 +106,14 @@ def test_a_run_drops_each_temp_table_after_the_last_statement_naming_it(sc):
     last = next(names for step, names in reversed(watching.seen) if not step.startswith("DROP"))
     assert last == {"tmp_events", "tmp_alloc", *analyzers.READ_BY_RUN}  # the last statement reads tmp_alloc
     assert temp_tables(sc.store) == []
+
+
+def test_a_statement_in_parts_inserts_every_part_after_the_first_into_its_table():
+    create = "CREATE OR REPLACE TABLE tmp_x ENGINE = Memory AS SELECT 1 FROM t WHERE nn % {parts} = {part}"
+    assert analyzers.in_parts(create, 3) == [
+        "CREATE OR REPLACE TABLE tmp_x ENGINE = Memory AS SELECT 1 FROM t WHERE nn % 3 = 0",
+        "INSERT INTO tmp_x SELECT 1 FROM t WHERE nn % 3 = 1",
+        "INSERT INTO tmp_x SELECT 1 FROM t WHERE nn % 3 = 2",
+    ]
+    with pytest.raises(ValueError, match="CREATE TABLE tmp_x AS SELECT"):  # each part would replace the last
+        analyzers.in_parts("CREATE TABLE tmp_x AS SELECT 1 FROM t WHERE nn % {parts} = {part}", 2)
