@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, TypeVar
 
-from pipeline.store import DEDUP_VIEWS, Params, StoreError, StoreLocked, first_line
+from pipeline.store import DEDUP_VIEWS, NO_COLLAPSE_AT_INSERT, Params, StoreError, StoreLocked, first_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -128,9 +128,9 @@ class ChdbStore:
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
         if data.num_rows == 0:
             return
-        settings = ""
+        settings = f" SETTINGS {NO_COLLAPSE_AT_INSERT}=0"
         if dedup_token:
-            settings = f" SETTINGS insert_deduplication_token='{dedup_token}', {DEDUP_VIEWS}=1"
+            settings += f", insert_deduplication_token='{dedup_token}', {DEDUP_VIEWS}=1"
         cols = ", ".join(f"`{c}`" for c in data.column_names)
         # chDB's Python() table function finds `data` in this frame by name.
         self._run(f"INSERT INTO {table} ({cols}){settings} SELECT {cols} FROM Python(data)", "CSV")

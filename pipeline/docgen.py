@@ -271,6 +271,10 @@ Requires ClickHouse >= 23.8 (DateTime64, TTL, codecs, window functions); chDB 3+
    batches or committed offsets (the replay forms the same insert, which ClickHouse drops).
 3. Raw tables are ReplacingMergeTree on (cluster, node, device key, ts): any duplicate that still slipped
    through (two loaders racing on one batch) collapses at merge; `FINAL` shows the merged view at once.
+   Both stores insert with `optimize_on_insert = 0` (where the server knows the setting), so a duplicate
+   inside one inserted block waits for a merge too, like one across blocks, instead of being collapsed
+   while the block is written: that collapse was most of the engine's work on a raw insert
+   (docs/performance.md, "Ingest").
 
 ## Rollups (version 2)
 `gpu_rollup_10s`, `nic_rollup_10s` and `storage_rollup_10s` hold what the analyzers read of the per-second

@@ -33,7 +33,7 @@ import pyarrow as pa
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from contracts.config import ConfigError, StoreServerConfig
-from pipeline.store import DEDUP_VIEWS, Params, StoreError, first_line
+from pipeline.store import DEDUP_VIEWS, NO_COLLAPSE_AT_INSERT, Params, StoreError, first_line
 
 log = logging.getLogger("goodput.store.server")
 
@@ -165,14 +165,16 @@ class ServerStore:
             settings=settings,
         )
         self._token_warned = False
-        version, has_token = self._call(
+        version, has_token, has_no_collapse = self._call(
             "SELECT version(), "
-            "(SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token')",
+            "(SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token'), "
+            f"(SELECT count() FROM system.settings WHERE name = '{NO_COLLAPSE_AT_INSERT}')",
             lambda sql: self._client.execute(sql),
         )[0]
         self.version_text = version
         self.version = tuple(int(p) for p in re.findall(r"\d+", version)[:4])
         self.supports_dedup_token = bool(has_token)
+        self.supports_no_collapse = bool(has_no_collapse)  # optimize_on_insert: not in 18.16
         log.info(
             "connected to ClickHouse %s at %s as %s (database %s%s)",
             version,
@@ -225,6 +227,8 @@ class ServerStore:
         if data.num_rows == 0:
             return
         settings: dict[str, bool | str] = {"use_numpy": True}
+        if self.supports_no_collapse:
+            settings[NO_COLLAPSE_AT_INSERT] = False
         if dedup_token:
             if self.supports_dedup_token:
                 settings["insert_deduplication_token"] = dedup_token

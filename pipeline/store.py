@@ -34,6 +34,12 @@ DEDUP_VIEWS = "deduplicate_blocks_in_dependent_materialized_views"
 """Set with every deduplication token: a replayed insert that the raw table drops is dropped by its rollup
 too (pipeline/ddl.py), instead of reaching the rollup through the materialized view a second time."""
 
+NO_COLLAPSE_AT_INSERT = "optimize_on_insert"
+"""Set to 0 with every insert: ReplacingMergeTree would otherwise collapse the duplicate keys inside each
+inserted block while writing it, which was most of the engine's work on a raw insert (docs/performance.md,
+"Ingest: where the engine's time goes"). Duplicates inside a block are then what duplicates across blocks
+always were: `FINAL` and merges collapse them, and the analyzers' duplicate check sees them in a rollup."""
+
 
 class Store(Protocol):
     def execute(self, sql: str, params: Params | None = None) -> None: ...

@@ -7,6 +7,7 @@ cut short, and windows that are no multiple of the rollups' 10 s."""
 from __future__ import annotations
 
 import msgspec
+import pyarrow as pa
 import pytest
 
 from contracts import catalog
@@ -66,17 +67,35 @@ def test_each_raw_row_is_rolled_up_once_even_when_its_insert_is_replayed(sc):
         assert rolled.column("n")[0].as_py() == raw_rows.column("n")[0].as_py() + extra, kind
 
 
-def test_a_batch_stored_twice_by_racing_loaders_gives_the_tables_of_one_copy(sc):
-    """Two loaders storing the same batches under different tokens: FINAL collapses the raw copies, the
-    rollup counts them twice, and 3e sends the node to its raw rows, so nothing is counted twice."""
+def _store_twice_in_two_blocks(store, table: str, where: str) -> None:
+    """As two racing loaders store a batch: a second insert of the same rows."""
+    store.execute(f"INSERT INTO {table} SELECT * FROM {table} WHERE {where}")
+
+
+def _store_twice_in_one_block(store, table: str, where: str) -> None:
+    """As one load holding a batch twice under two sequence numbers: both copies in one inserted block,
+    which the store writes without collapsing them (pipeline.store.NO_COLLAPSE_AT_INSERT)."""
+    rows = store.query_arrow(f"SELECT * FROM {table} WHERE {where}")
+    before = store.query_arrow(f"SELECT count() AS n FROM {table}").column("n")[0].as_py()
+    store.insert_arrow(table, pa.concat_tables([rows, rows]))
+    after = store.query_arrow(f"SELECT count() AS n FROM {table}").column("n")[0].as_py()
+    assert after == before + 2 * rows.num_rows  # both copies stored, for FINAL and the merges to collapse
+
+
+@pytest.mark.parametrize("store_twice", [_store_twice_in_two_blocks, _store_twice_in_one_block])
+def test_a_batch_stored_twice_gives_the_tables_of_one_copy(sc, store_twice):
+    """The same batches stored twice, by racing loaders or inside one block: FINAL collapses the raw
+    copies, the rollup counts them twice, and 3e sends the node to its raw rows, so nothing is counted
+    twice."""
     cluster_day(sc)
     sc.load()
     sc.analyze(0, 1000)
     once = sc.dump()
     for kind, node in (("gpu", N2), ("nic", N3), ("storage", N1)):  # N1's NFS reads: a pool near its ceiling
-        sc.store.execute(
-            f"INSERT INTO {catalog.RAW_TABLES[kind]} SELECT * FROM {catalog.RAW_TABLES[kind]} "
-            f"WHERE node = '{node}' AND ts < fromUnixTimestamp64Milli({ms(400)})"
+        store_twice(
+            sc.store,
+            catalog.RAW_TABLES[kind],
+            f"node = '{node}' AND ts < fromUnixTimestamp64Milli({ms(400)})",
         )
     doubled = sc.store.query_arrow(
         "SELECT countIf(r > bitCount(s)) AS dup, count() AS n FROM "

@@ -42,6 +42,7 @@ def test_connects_and_reads_the_server_version(store, clickhouse_server):
     assert store.address == f"127.0.0.1:{clickhouse_server.tcp_port}"
     assert store.query_arrow("SELECT version() AS v").column("v")[0].as_py() == store.version_text
     assert store.supports_dedup_token is False  # the setting arrived in ClickHouse 22.2
+    assert store.supports_no_collapse is False  # optimize_on_insert came later than 18.16
 
 
 def test_open_store_builds_a_server_store_from_the_config_table(clickhouse_server):
