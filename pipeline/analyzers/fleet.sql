@@ -172,35 +172,52 @@ SETTINGS join_use_nulls = 1
 --    idle_reclaim_after_s under window_s + 1 s), so it lies between two windows of its allocation that
 --    hold an active sample and are consecutive among such windows (or the allocation's edges), in a gap
 --    long enough to hold it; its ends are the first and last idle samples between the last active sample
---    of the one and the first of the other. The gaps are found first (tmp_idle_gaps: one pass over the
---    day's rows), and the samples read again only in their windows.
-CREATE OR REPLACE TABLE tmp_idle_gaps ENGINE = Memory AS
+--    of the one and the first of the other. The gaps are found in two passes. The first reads no samples:
+--    a window wholly inside the allocation whose busy sum is above the level on average holds an active
+--    sample for sure, and a gap long enough between such windows (tmp_idle_cands) is where a real one can
+--    be, since the windows it lacks can only split it. The second reads the samples of those candidates'
+--    windows alone and splits them at every window with an active sample (tmp_idle_gaps). Last, the
+--    samples are read again only in the gaps' windows.
+CREATE OR REPLACE TABLE tmp_idle_cands ENGINE = Memory AS
 WITH
-rolled AS ({gpu_windows}),
 held AS (SELECT job_id, node, gpu, a0, a1 FROM tmp_alloc WHERE a1 > a0),
-marked AS (  -- each row's samples in an allocation, (t, active): the one holding its window's start, or
-             -- one starting inside the window
-    SELECT job_id, node, gpu, a0, a1, wi, arrayFilter(x -> x.1 >= a0 AND x.1 < a1, m) AS m
-    FROM (
-        SELECT p.job_id AS job_id, r.node AS node, r.gpu AS gpu, p.a0 AS a0, p.a1 AS a1, r.wi AS wi,
-               arrayMap(x -> (r.ws + x.1, x.2 > {idle_busy_milli}), r.samples) AS m
-        FROM rolled AS r ASOF INNER JOIN held AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.a0
-        UNION ALL
-        SELECT p.job_id, r.node, r.gpu, p.a0, p.a1, r.wi, arrayMap(x -> (r.ws + x.1, x.2 > {idle_busy_milli}), r.samples)
-        FROM rolled AS r
-        INNER JOIN (SELECT *, intDiv(a0, {W}) AS wi FROM held WHERE a0 % {W} != 0) AS p
-            ON r.node = p.node AND r.gpu = p.gpu AND r.wi = p.wi
-    )
-    WHERE notEmpty(m)
+sure AS (  -- per allocation, its windows active for sure; -1 stands for none, so every allocation is here
+    SELECT p.job_id AS job_id, r.node AS node, r.gpu AS gpu, p.a0 AS a0, p.a1 AS a1, r.wi AS wi
+    FROM ({gpu_windows}) AS r ASOF INNER JOIN held AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.a0
+    WHERE r.ws + {W} <= p.a1 AND r.bsum > {idle_busy_milli} * r.n
+    UNION ALL
+    SELECT job_id, node, gpu, a0, a1, -1 FROM held
 )
--- consecutive windows with an active sample, the allocation's edges standing in at either end
-SELECT job_id, node, gpu, a0, a1, g.1 AS w1, g.2 AS w2
+SELECT job_id, node, gpu, a0, a1, g.1 AS c1, g.2 AS c2
 FROM (
-    SELECT job_id, node, gpu, a0, a1, arraySort(groupUniqArrayIf(wi, arrayExists(x -> x.2, m))) AS aw
-    FROM marked GROUP BY job_id, node, gpu, a0, a1
+    SELECT job_id, node, gpu, a0, a1, arraySort(groupUniqArrayIf(wi, wi >= 0)) AS aw
+    FROM sure GROUP BY job_id, node, gpu, a0, a1
 )
 ARRAY JOIN arrayZip(arrayPushFront(aw, intDiv(a0, {W}) - 1), arrayPushBack(aw, intDiv(a1 - 1, {W}) + 1)) AS g
 WHERE (g.2 - g.1 + 1) * {W} + 1000 >= {idle_after_ms}
+;;
+-- consecutive windows with an active sample, the allocation's edges standing in at either end
+CREATE OR REPLACE TABLE tmp_idle_gaps ENGINE = Memory AS
+WITH
+active AS (  -- the windows inside each candidate that hold an active sample of its allocation
+    SELECT c.job_id AS job_id, c.node AS node, c.gpu AS gpu, c.a0 AS a0, c.a1 AS a1, c.c1 AS c1, c.c2 AS c2,
+           r.wi AS wi
+    FROM (SELECT * FROM ({gpu_windows}) WHERE node IN (SELECT node FROM tmp_idle_cands)) AS r
+    INNER JOIN tmp_idle_cands AS c ON r.node = c.node AND r.gpu = c.gpu
+    WHERE r.wi > c.c1 AND r.wi < c.c2
+      AND arrayExists(x -> r.ws + x.1 >= c.a0 AND r.ws + x.1 < c.a1 AND x.2 > {idle_busy_milli}, r.samples)
+)
+SELECT job_id, node, gpu, a0, a1, g.1 AS w1, g.2 AS w2
+FROM (
+    SELECT c.job_id AS job_id, c.node AS node, c.gpu AS gpu, c.a0 AS a0, c.a1 AS a1, c.c1 AS c1, c.c2 AS c2,
+           arraySort(groupUniqArrayIf(assumeNotNull(a.wi), a.wi IS NOT NULL)) AS aw
+    FROM tmp_idle_cands AS c
+    LEFT JOIN active AS a ON c.job_id = a.job_id AND c.node = a.node AND c.gpu = a.gpu AND c.a0 = a.a0 AND c.c1 = a.c1
+    GROUP BY job_id, node, gpu, a0, a1, c1, c2
+)
+ARRAY JOIN arrayZip(arrayPushFront(aw, c1), arrayPushBack(aw, c2)) AS g
+WHERE (g.2 - g.1 + 1) * {W} + 1000 >= {idle_after_ms}
+SETTINGS join_use_nulls = 1
 ;;
 DELETE FROM {delete_from[idle_allocations]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
 ;;

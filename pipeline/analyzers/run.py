@@ -62,6 +62,7 @@ TEMP_TABLES = (
     "tmp_evidence_base",
     "tmp_run_split",
     "tmp_classified",
+    "tmp_idle_cands",
     "tmp_idle_gaps",
 )
 OUTPUT_TABLES = (

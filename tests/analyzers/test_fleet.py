@@ -387,3 +387,38 @@ def test_idle_stretches_follow_the_per_second_definition_whatever_the_rows(sc, s
         "FROM idle_allocations ORDER BY gpu, f",
     )
     assert [(r["gpu"], r["f"], r["l"]) for r in got] == want
+
+
+def test_idle_stretches_at_the_busy_level_follow_the_definition_where_window_sums_decide(sc):
+    """The first pass of step 6 takes a window whose busy sum is above the level on average as active
+    without reading its samples. At the edges of that rule: windows whose every sample sits exactly at
+    the level (idle), whose every sample is just above it (active), whose mean is below the level but
+    one sample is above it (active, found from the samples), and a window the allocation's end cuts,
+    busy after the end (the part inside is idle)."""
+    configured(sc, idle_reclaim_after_s=60.0)
+    a0, a1 = 100.4, 695.5
+
+    def level(s: int, g: int) -> float:
+        if s <= 100 or s > 695:
+            return 90.0  # outside the allocation, on both sides of it
+        if g == 0:
+            return 1.0 if s <= 300 else (1.001 if s <= 310 else 0.0)  # at the level, then just above
+        return 1.5 if s == 505 else 0.0  # one sample above in a window whose mean is 0.15 %
+
+    j = dict(job_id="edge", account="research")
+    sc.job(dict(t=a0, event="allocated", node=CORE[0], gpu_indices=[0, 1], **j))
+    sc.job(dict(t=a0, event="gang_complete", **j), dict(t=a0, event="running", **j))
+    sc.job(dict(t=a1 - 50, event="completed", **j))
+    sc.job(dict(t=a1, event="released", node=CORE[0], gpu_indices=[0, 1], **j))
+    sc.gpu(CORE[0], [0, 1], 0, 800, level)
+    sc.load()
+    sc.analyze(0, 800)
+    samples = {g: [(ms(s) - 1, level(s, g)) for s in range(1, 801)] for g in (0, 1)}
+    want = _idle_stretches(samples, ms(a0), ms(a1), 60_000)
+    assert {g for g, *_ in want} == {0, 1} and len(want) == 4  # the rule's every edge makes a stretch end
+    got = table(
+        sc,
+        "SELECT gpu, toUnixTimestamp64Milli(idle_from) AS f, toUnixTimestamp64Milli(idle_to) AS l "
+        "FROM idle_allocations ORDER BY gpu, f",
+    )
+    assert [(r["gpu"], r["f"], r["l"]) for r in got] == want
