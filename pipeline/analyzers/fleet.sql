@@ -91,11 +91,27 @@ pw AS (
     SELECT pool, wi, count() AS n, min(req) AS smallest FROM pending
     WHERE pool IN (SELECT pool FROM dim_pools) GROUP BY pool, wi
 ),
-occ AS (
-    SELECT a.node AS node, p.wi AS wi, uniqExact(a.gpu) AS used
-    FROM pw AS p INNER JOIN dim_nodes AS d ON d.pool = p.pool INNER JOIN tmp_alloc AS a ON a.node = d.node
-    WHERE a.a0 <= p.wi * {W} AND p.wi * {W} < a.a1
-    GROUP BY node, wi
+held AS (  -- each GPU's allocations, merged where they overlap (a GPU counts once however often it is held)
+    SELECT node, gpu, min(a0) AS h0, max(a1) AS h1
+    FROM (
+        SELECT node, gpu, a0, a1, sum(reach IS NULL OR a0 > reach)
+                                   OVER (PARTITION BY node, gpu ORDER BY a0, a1 ROWS UNBOUNDED PRECEDING) AS seg
+        FROM (SELECT node, gpu, a0, a1,
+                     max(a1) OVER (PARTITION BY node, gpu ORDER BY a0, a1 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+              FROM tmp_alloc WHERE a1 > a0)
+    )
+    GROUP BY node, gpu, seg
+),
+in_use AS (  -- GPUs held on a node from each instant its count changes on
+    SELECT node, t, sum(change) OVER (PARTITION BY node ORDER BY t ROWS UNBOUNDED PRECEDING) AS used
+    FROM (SELECT node, t, sum(d) AS change
+          FROM (SELECT node, h0 AS t, 1 AS d FROM held UNION ALL SELECT node, h1, -1 FROM held)
+          GROUP BY node, t)
+),
+occ AS (  -- per (node of the pool, pending window): the count at the window's start (the last change at or before it)
+    SELECT q.node AS node, q.wi AS wi, u.used AS used
+    FROM (SELECT d.node AS node, p.wi AS wi, p.wi * {W} AS t FROM pw AS p INNER JOIN dim_nodes AS d ON d.pool = p.pool) AS q
+    ASOF INNER JOIN in_use AS u ON q.node = u.node AND q.t >= u.t
 ),
 free AS (
     SELECT pool, wi, any(n) AS n, any(smallest) AS smallest, toInt64(any(gpus_per_node)) AS gpn,

@@ -191,6 +191,47 @@ def test_free_gpus_scattered_over_nodes_are_stranded_for_a_gang_that_needs_a_who
     assert (by_t[500]["stranded_gpus"], by_t[500]["fragmented"]) == (8, False)
 
 
+def test_free_gpus_count_a_gpu_held_twice_once_and_change_exactly_at_allocation_edges(sc):
+    """One node's GPUs over time, every other core node full. A job allocated without GPU indices while
+    another holds GPUs 0-3 is placed on them too (goodput.sql 3 fills an unplaced job's GPUs from the
+    node's, and only a placed allocation cuts another's hold): a GPU held twice is in use once. One job
+    starts and one ends exactly at a window's start: in use from its start, free from its end."""
+    for i, node in enumerate(CORE[1:]):
+        held(sc, f"full{i}", node, range(8), 0, 0, 1000, busy=None)
+    spans = {"a": (range(0, 4), 0, 300), "x": (range(0, 4), 100, 150), "c": (range(6, 8), 200, 260)}
+    for job_id, (gpus, t0, t1) in spans.items():
+        j = dict(job_id=job_id, account="llm")
+        placed = {} if job_id == "x" else dict(gpu_indices=list(gpus))
+        sc.job(dict(t=t0, event="submitted", gpus_requested=len(gpus), queue="core", **j))
+        sc.job(dict(t=t0, event="allocated", node=CORE[0], **placed, **j))
+        sc.job(dict(t=t0, event="gang_complete", **j), dict(t=t0, event="running", **j))
+        sc.job(dict(t=t1, event="completed", **j), dict(t=t1, event="released", node=CORE[0], **j))
+    j = dict(job_id="p", account="cv")
+    sc.job(dict(t=0, event="submitted", gpus_requested=8, queue="core", **j))
+    sc.job(dict(t=400, event="cancelled", **j))
+    sc.load()
+    sc.analyze(0, 1000)
+    rows = table(
+        sc,
+        f"SELECT toUnixTimestamp(window_start) - {T0 // 1000} AS t, free_gpus, free_nodes "
+        "FROM pool_fragmentation WHERE pool = 'core' ORDER BY t",
+    )
+
+    def free_at(t: int) -> int:
+        return 8 - len({g for gpus, t0, t1 in spans.values() if t0 <= t < t1 for g in gpus})
+
+    want = [(t, free_at(t), int(free_at(t) == 8)) for t in range(0, 400, 10)]
+    assert [(r["t"], r["free_gpus"], r["free_nodes"]) for r in rows] == want
+    assert {t: f for t, f, _ in want if t in (90, 100, 150, 200, 260, 300)} == {
+        90: 4,
+        100: 4,
+        150: 4,
+        200: 2,
+        260: 4,
+        300: 8,
+    }
+
+
 @pytest.mark.parametrize("idle_s, candidate", [(59, False), (60, True), (61, True)])
 def test_an_idle_allocation_is_a_reclaim_candidate_from_the_threshold_on(sc, idle_s, candidate):
     configured(sc, idle_reclaim_after_s=60.0)
