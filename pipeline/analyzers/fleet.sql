@@ -194,7 +194,7 @@ SETTINGS join_use_nulls = 1
 --    be, since the windows it lacks can only split it. The second reads the samples of those candidates'
 --    windows alone and splits them at every window with an active sample (tmp_idle_gaps). Last, the
 --    samples are read again only in the gaps' windows.
-CREATE OR REPLACE TABLE tmp_idle_cands ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_idle_cands ENGINE = {temp_engine} AS
 WITH
 held AS (SELECT job_id, node, gpu, a0, a1 FROM tmp_alloc WHERE a1 > a0),
 sure AS (  -- per allocation, its windows active for sure; -1 stands for none, so every allocation is here
@@ -213,7 +213,7 @@ ARRAY JOIN arrayZip(arrayPushFront(aw, intDiv(a0, {W}) - 1), arrayPushBack(aw, i
 WHERE (g.2 - g.1 + 1) * {W} + 1000 >= {idle_after_ms}
 ;;
 -- consecutive windows with an active sample, the allocation's edges standing in at either end
-CREATE OR REPLACE TABLE tmp_idle_gaps ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_idle_gaps ENGINE = {temp_engine} AS
 WITH
 active AS (  -- the windows inside each candidate that hold an active sample of its allocation
     SELECT c.job_id AS job_id, c.node AS node, c.gpu AS gpu, c.a0 AS a0, c.a1 AS a1, c.c1 AS c1, c.c2 AS c2,

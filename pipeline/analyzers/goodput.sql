@@ -15,9 +15,10 @@
 -- whose number is {part} modulo {parts}: each part groups and joins only its own keys, so the statement's
 -- hash tables hold a part, not the day. A part's rows depend on no other part's, so the tables are the
 -- same in any number of parts.
+-- Temp tables are created with ENGINE = {temp_engine} (run.py TEMP_ENGINE): in memory, compressed.
 
 -- 1. Job events of jobs alive in the range: all their events, before and after it.
-CREATE OR REPLACE TABLE tmp_events ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_events ENGINE = {temp_engine} AS
 SELECT job_id, toUnixTimestamp64Milli(ts) AS t, event, attempt, ifNull(account, '') AS account,
        ifNull(queue, '') AS queue, ifNull(priority, 0) AS priority, ifNull(gpus_requested, 0) AS gpus_requested,
        ifNull(node, '') AS node, gpu_indices, step, duration_ms, reason, ifNull(source, '') AS source,
@@ -32,7 +33,7 @@ WHERE cluster = '{cluster}'
               OR countIf(event IN ('completed', 'cancelled')) = 0))
 ;;
 -- 2. When each job ended: its completion or cancellation, or a failure with no restart after it.
-CREATE OR REPLACE TABLE tmp_job_end ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_job_end ENGINE = {temp_engine} AS
 SELECT job_id,
        multiIf(maxIf(t, event IN ('completed', 'cancelled')) > 0, maxIf(t, event IN ('completed', 'cancelled')),
                maxIf(t, event IN ('failed', 'preempted')) > maxIf(t, event = 'restarted'),
@@ -51,7 +52,7 @@ FROM tmp_events GROUP BY job_id
 --    earlier one ends there; allocations starting in the same millisecond go to the greatest job id. The
 --    later allocations are looked up among all jobs of the cluster, so the cut does not depend on the
 --    range; an allocation without placement cuts no other, since nobody knows which GPUs it holds.
-CREATE OR REPLACE TABLE tmp_alloc ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_alloc ENGINE = {temp_engine} AS
 WITH
 unplaced AS (
     SELECT x.job_id AS job_id, x.attempt AS attempt, x.node AS node, ifNull(d.gpus_per_node, 0) AS node_gpus,
@@ -143,7 +144,7 @@ SETTINGS join_use_nulls = 1
 --     max(sent - appended), the node's offset less the fastest batch's delay (0 under the threshold).
 --     Nodes with 0 are left out. Every read of raw_gpu, raw_nic and raw_storage below files a sample at
 --     ts - offset ({node_offset_ms}: the row's node's offset, 0 for nodes not in tmp_clock).
-CREATE OR REPLACE TABLE tmp_clock ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_clock ENGINE = {temp_engine} AS
 WITH
 tagged AS (  -- the GPU rollup keeps each (window, job)'s first and last sample, by the node's clock
     SELECT job_id, node, min(f) AS f, max(l) AS l
@@ -182,7 +183,7 @@ WHERE offset_ms != 0
 ;;
 -- 3b. What the run covers: the samples of its jobs' allocations (lo, hi] (read from skew ms either side,
 --     the largest clock offset corrected), and the days whose windows it rewrites (its jobs' allocations and their windows stored before, plus the range itself).
-CREATE OR REPLACE TABLE tmp_span ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_span ENGINE = {temp_engine} AS
 WITH old AS (
     SELECT toInt64(min(toUnixTimestamp(window_start))) * 1000 AS o_lo,
            toInt64(max(toUnixTimestamp(window_start))) * 1000 AS o_hi, count() AS o_n
@@ -201,7 +202,7 @@ FROM tmp_alloc CROSS JOIN old
 --     source. Then the first training step (step events: its end minus its duration) marks the start;
 --     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
 --     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
-CREATE OR REPLACE TABLE tmp_start ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_start ENGINE = {temp_engine} AS
 WITH
 att AS (
     SELECT r.job_id AS job_id, r.attempt AS attempt, r.t AS run_t,
@@ -255,7 +256,7 @@ LEFT JOIN jump AS j ON a.job_id = j.job_id AND a.attempt = j.attempt
 SETTINGS join_use_nulls = 1
 ;;
 -- 3d. The lifecycle the phases follow: the job events with each coarse `running` moved to its real start.
-CREATE OR REPLACE TABLE tmp_lifecycle ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_lifecycle ENGINE = {temp_engine} AS
 SELECT e.job_id AS job_id, if(e.event = 'running' AND s.real_t > 0, s.real_t, e.t) AS t, e.event AS event,
        e.attempt AS attempt, e.duration_ms AS duration_ms, e.reason AS reason, e.o AS o
 FROM tmp_events AS e
@@ -275,9 +276,9 @@ SETTINGS join_use_nulls = 1
 --     no multiple of the rollups' 10 s, or a run told to) every node is read from its raw rows.
 --     The NIC rollup is read once, for this check and for step 9: its fabric signals per (node, window),
 --     with whether a port's window was stored twice (tmp_nic_windows, run.py NIC_WINDOWS).
-CREATE OR REPLACE TABLE tmp_nic_windows ENGINE = Memory AS {nic_rollup_windows}
+CREATE OR REPLACE TABLE tmp_nic_windows ENGINE = {temp_engine} AS {nic_rollup_windows}
 ;;
-CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = {temp_engine} AS
 SELECT node FROM tmp_clock
 UNION DISTINCT
 SELECT DISTINCT node FROM (  -- per GPU its rows in window order, split into windows
@@ -300,7 +301,7 @@ WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span} AND rows > bitCount(
 --    by event type (docs/messages.md). Two overrides apply inside
 --    running time: progress lost to a failure (last checkpoint before it → the failure) is retry
 --    waste, and a checkpoint save (its end minus its duration → its end) is checkpoint time.
-CREATE OR REPLACE TABLE tmp_segments ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_segments ENGINE = {temp_engine} AS
 WITH
 base AS (
     SELECT job_id, arraySort(x -> (x.1, x.2), groupArray((t, o, phase, reason))) AS b
@@ -377,18 +378,18 @@ WHERE s0 < s1
 --    reasons) are LowCardinality: a few distinct values, '' in most rows, so a byte a row and a dictionary
 --    per block instead of the string (tmp_piece_windows 422 -> 269 MB, tmp_run_split 724 -> 571 MB,
 --    tmp_classified 526 -> 261 MB on the bench day).
-CREATE OR REPLACE TABLE tmp_slots ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_slots ENGINE = {temp_engine} AS
 SELECT job_id, node, gpu, toUInt32(row_number() OVER (ORDER BY job_id, node, gpu)) AS slot,
        toUInt32(dense_rank() OVER (ORDER BY job_id)) AS jn, toUInt32(dense_rank() OVER (ORDER BY node)) AS nn
 FROM (SELECT DISTINCT job_id, node, gpu FROM tmp_alloc)
 ;;
 -- The names of the numbers, one row each: the readers of 8, 9, 10, 10c, 11b and 13 look them up here.
-CREATE OR REPLACE TABLE tmp_job_numbers ENGINE = Memory AS SELECT DISTINCT jn, job_id FROM tmp_slots
+CREATE OR REPLACE TABLE tmp_job_numbers ENGINE = {temp_engine} AS SELECT DISTINCT jn, job_id FROM tmp_slots
 ;;
-CREATE OR REPLACE TABLE tmp_node_numbers ENGINE = Memory AS SELECT DISTINCT nn, node FROM tmp_slots
+CREATE OR REPLACE TABLE tmp_node_numbers ENGINE = {temp_engine} AS SELECT DISTINCT nn, node FROM tmp_slots
 ;;
 -- 5a. Pieces: one GPU's allocation intersected with one segment.
-CREATE OR REPLACE TABLE tmp_pieces ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_pieces ENGINE = {temp_engine} AS
 SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, n.slot AS slot, n.jn AS jn, n.nn AS nn, s.phase AS phase,
        s.evidence AS evidence, greatest(a.a0, s.s0) AS o0, least(a.a1, s.s1) AS o1
 FROM tmp_alloc AS a INNER JOIN tmp_segments AS s ON a.job_id = s.job_id
@@ -397,7 +398,7 @@ WHERE o0 < o1
 ;;
 -- 6. Pieces cut into windows, with the seconds each window holds. From here on the tables with a row per
 --    (job, GPU, window) carry the numbers of step 5, not the names: they are joined back where needed.
-CREATE OR REPLACE TABLE tmp_piece_windows ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_piece_windows ENGINE = {temp_engine} AS
 SELECT slot, jn, nn, toLowCardinality(phase) AS phase, toLowCardinality(evidence) AS evidence, wi,
        (least(o1, (wi + 1) * {W}) - greatest(o0, wi * {W})) / 1000.0 AS secs
 FROM tmp_pieces
@@ -412,7 +413,7 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    as integers (milli-percent); `keys` are the samples' levels at 0.01 %, for the exact quantiles (8, 11):
 --    0-10,000, as the message schema bounds a percent, so UInt16. The job and node numbers ride along from
 --    the pieces, so no join puts the names back (the table: 0.92 -> 0.74 GB on the bench day).
-CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = {temp_engine} AS
 WITH
 rolled AS (SELECT * FROM ({gpu_windows})
            WHERE node IN (SELECT node FROM tmp_node_numbers WHERE nn % {parts} = {part})),
@@ -453,7 +454,7 @@ HAVING n > 0
 --    high by the cut through the noise below; the densest half sits on the level itself.
 --    The job's sample noise sigma is read off the healthy seconds above b*, which no stall reaches: the
 --    value exceeded by 0.3173 of them (P(Z > 1) / P(Z > 0) for normal noise) minus b*.
-CREATE OR REPLACE TABLE tmp_healthy_hist ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_healthy_hist ENGINE = {temp_engine} AS
 SELECT job_id, jn, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m,
        sum_b / n_all / 1000 AS b_mean
 FROM (
@@ -467,7 +468,7 @@ FROM (
     INNER JOIN tmp_job_numbers AS k ON h.jn = k.jn
 )
 ;;
-CREATE OR REPLACE TABLE tmp_healthy ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_healthy ENGINE = {temp_engine} AS
 WITH levels AS (  -- one row per healthy level: seconds below it, and up to and including it
     SELECT job_id, ks[i] AS key, cs[i] - c0[i] - before AS below, cs[i] - before AS upto,
            below + intDiv(m + 1, 2) AS half_end
@@ -495,7 +496,7 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 --    or the same sums over the raw rows (3e); rates are averaged from integer sums (milli-units). Each
 --    node's storage per window first (tmp_node_storage), as both the pool's sum and the node's own
 --    signal read it; the fabric signals per (node, window) from tmp_nic_windows (3e) or the raw rows.
-CREATE OR REPLACE TABLE tmp_node_storage ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_node_storage ENGINE = {temp_engine} AS
 SELECT node, wi,
        sumIf(read_sum, source IN ('nfs', 'lustre'))
            / greatest(1, length(groupUniqArrayArrayIf(arrayMap(x -> ws + x, times), source IN ('nfs', 'lustre'))))
@@ -514,7 +515,7 @@ FROM (
 WHERE cityHash64(node) % {parts} = {part}
 GROUP BY node, wi
 ;;
-CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_node_evidence ENGINE = {temp_engine} AS
 WITH
 pool_storage AS (
     SELECT d.pool AS pool, s.wi AS wi, sum(s.read_rate) / any(p.storage_ceiling_bytes_per_s) AS ratio,
@@ -556,7 +557,7 @@ FROM (
 SETTINGS join_use_nulls = 1
 ;;
 -- 10. Stragglers per (job, window): a GPU of the job under a hardware/thermal clock event.
-CREATE OR REPLACE TABLE tmp_stragglers ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_stragglers ENGINE = {temp_engine} AS
 SELECT j.job_id AS job_id, s.jn AS jn, s.wi AS wi, concat('straggler ', k.node, ' GPU ', toString(s.first.2)) AS why
 FROM (SELECT jn, wi, arraySort(groupArray((nn, gpu)))[1] AS first  -- nn: in node order
       FROM tmp_run_gpu WHERE bitAnd(thr, {straggler_mask}) != 0 GROUP BY jn, wi) AS s
@@ -568,7 +569,7 @@ INNER JOIN tmp_node_numbers AS k ON s.first.1 = k.nn
 --    usual* (its lower quartile per step: a healthy step also reads a little and overlaps some comm),
 --    each step's time prorated over the windows it spans. A synchronous gang waits together, so it
 --    stands for the job's ranks that do not report.
-CREATE OR REPLACE TABLE tmp_step_split ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_step_split ENGINE = {temp_engine} AS
 WITH
 steps AS (
     SELECT job_id, rank, toUnixTimestamp64Milli(ts) - {node_offset_ms} AS t1,
@@ -603,7 +604,7 @@ GROUP BY job_id, wi
 --    rank persistently 5 % slower costs every other GPU 5 %. Consecutive windows of the same straggler
 --    are an episode, kept with at least {straggler_min_steps} steps, so one noisy step (or a few) is
 --    not one; the medians keep ranks whose differences are noise under the threshold.
-CREATE OR REPLACE TABLE tmp_straggler_windows ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_straggler_windows ENGINE = {temp_engine} AS
 WITH
 steps AS (
     SELECT job_id, ifNull(attempt, 0) AS attempt, step, rank, node, toInt32(ifNull(gpu, -1)) AS gpu,
@@ -676,7 +677,7 @@ WHERE gpus >= 2 AND m > greatest({stalled_second_fraction} * bs, {noise_z} * sig
 -- activity: of its running windows). Each episode is numbered (`episode`): the windows of 11b carry the
 -- number rather than the episode's key (source, rank, node, GPU, first window: 50 bytes a row of the
 -- widest table, for the few rows in an episode), and stragglers.sql sums the gang's cost per number.
-CREATE OR REPLACE TABLE tmp_straggler_episodes ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_straggler_episodes ENGINE = {temp_engine} AS
 SELECT e.job_id AS job_id, e.src AS src, e.rank AS rank, e.node AS node, e.gpu AS gpu, e.wi_lo AS wi_lo,
        e.wi_hi AS wi_hi, e.steps AS steps, e.ratio AS ratio,
        if(e.wi_hi - e.wi_lo + 1 >= {straggler_persistent_fraction} * j.windows, 'persistent', 'transient') AS kind,
@@ -706,7 +707,7 @@ INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_ste
 --    larger, so noise alone never makes a loss. The dead seconds are read off the window's levels (keys).
 --    Only what 11a and 11b read, a row per (job, GPU, window) with samples: `sampled` is 1, and 0 where
 --    11b's join finds no row.
-CREATE OR REPLACE TABLE tmp_loss ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_loss ENGINE = {temp_engine} AS
 SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
     SELECT slot, jn, nn, wi, n,
            greatest(ifNull(b_star, 0), 1e-6) AS bs,
@@ -725,7 +726,7 @@ SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
 --    {evidence_baseline_windows} of them. A stall whose evidence is under the threshold but at least
 --    {evidence_floor} of it and {evidence_rise} x that level has evidence all the same: the signal rose
 --    with the stall (a fixed threshold cannot get both sides of its edge right).
-CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = {temp_engine} AS
 SELECT h.jn AS jn, h.nn AS nn,
        quantileExactLow(0.5)(ifNull(e.s_d, 0)) AS base_d, quantileExactLow(0.5)(ifNull(e.s_c, 0)) AS base_c,
        toUInt8(1) AS known
@@ -748,7 +749,7 @@ SETTINGS join_use_nulls = 1
 --    half each ('even'); neither, and l is idle. Step events are telemetry too: a GPU with no samples in a
 --    window the job's steps cover (a trace of step times alone, an agent without NVML) is classified by
 --    the steps, l = their wait; only with neither is it "no data" (12).
-CREATE OR REPLACE TABLE tmp_run_split ENGINE = Memory AS  -- only what 12 and stragglers.sql read
+CREATE OR REPLACE TABLE tmp_run_split ENGINE = {temp_engine} AS  -- only what 12 and stragglers.sql read
 SELECT jn, nn, wi, secs, no_data, l, p_data, p_comm, p_idle, toLowCardinality(d_why) AS d_why,
        toLowCardinality(c_why) AS c_why, blamed, episode
 FROM (
@@ -809,7 +810,7 @@ FROM (
 --     GPUs that did report, split the same way (a synchronous gang moves in lockstep: had the silent node
 --     stalled, its peers would wait). With no peer reporting (a one-node job, a whole gang silent) it is
 --     idle, "no telemetry from node".
-CREATE OR REPLACE TABLE tmp_classified ENGINE = Memory AS
+CREATE OR REPLACE TABLE tmp_classified ENGINE = {temp_engine} AS
 WITH
 heard AS (
     SELECT jn, nn, wi, 'productive' AS category, '' AS evidence, secs * (1 - l) AS secs

@@ -346,15 +346,23 @@ def data_end(store: Store, cluster: str) -> int:
     return int(t.column("t")[0].as_py() or 0)
 
 
-ROWS_PER_PART = 2_000_000
+ROWS_PER_PART = 3_000_000
 """The rows of allocated time per (job, GPU, window) (tmp_piece_windows) that one part of goodput.sql's
 widest statements takes. Each statement naming {part} runs once per part, over the nodes or jobs whose
 number is {part} modulo {parts}: its hash tables then hold one part's keys, not the run's, and the run's
-peak memory is the tables kept plus one part's working set (docs/performance.md: on the bench day, 8.8 M
-rows in 5 parts, peak RSS 2.8-3.1 -> 1.86-1.96 GB for 0-2 s of ~28). A run of fewer rows is one part."""
+peak memory is the tables kept plus one part's working set (docs/performance.md: on the bench day, 8.7 M
+rows in 3 parts, peak RSS 1.47-1.51 GB with `TEMP_ENGINE`'s compression; 5 parts of 2 M rows took
+~1 s more for 1.20-1.26 GB, 1 part ~1 s less for 2.4 GB). A run of fewer rows is one part."""
 
-_KEEP_PARTS = {"part": "{part}", "parts": "{parts}"}
-_CREATE = re.compile(r"CREATE OR REPLACE TABLE (\w+) ENGINE = Memory AS\s")
+TEMP_ENGINE = "Memory SETTINGS compress = 1"
+"""The engine of the analyzers' temp tables ({temp_engine} in the SQL files): in memory, as they live for
+one run, and compressed (LZ4 per block), as the per-(job, GPU, window) tables alive at once are most of
+a run's peak memory. On the bench day they take less than half the bytes (1.33 -> 0.57 GB at the
+fullest) for 4-5 % more CPU time, which the fewer parts this allows (`ROWS_PER_PART`) win back
+(docs/performance.md)."""
+
+_FIXED = {"part": "{part}", "parts": "{parts}", "temp_engine": TEMP_ENGINE}
+_CREATE = re.compile(rf"CREATE OR REPLACE TABLE (\w+) ENGINE = {re.escape(TEMP_ENGINE)} AS\s")
 
 
 def statements(name: str, params: dict) -> list[str]:
@@ -363,7 +371,7 @@ def statements(name: str, params: dict) -> list[str]:
     (see `alive_jobs`). {part} and {parts} stay, for `in_parts` to number when the run's size is known."""
     text = temp_names((HERE / name).read_text(), params.get("run_id", ""))
     body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
-    fill = ChainMap(_KEEP_PARTS, params)
+    fill = ChainMap(_FIXED, params)
     out = []
     for s in (s.strip() for s in body.split(";;") if s.strip()):
         if "{alive_jobs}" in s:
@@ -386,8 +394,8 @@ def in_parts(sql: str, parts: int) -> list[str]:
     insert = _CREATE.sub(r"INSERT INTO \1 ", sql, count=1)
     if not insert.startswith("INSERT INTO "):
         raise ValueError(
-            "a statement naming {part} must be 'CREATE OR REPLACE TABLE <t> ENGINE = Memory AS ...' or an "
-            f"INSERT: {first_line(sql)}"
+            "a statement naming {part} must be 'CREATE OR REPLACE TABLE <t> ENGINE = {temp_engine} AS ...' "
+            f"or an INSERT: {first_line(sql)}"
         )
     numbered = [(insert if part else sql).replace("{parts}", str(parts)) for part in range(parts)]
     return [one.replace("{part}", str(part)) for part, one in enumerate(numbered)]

@@ -108,10 +108,40 @@ def test_a_run_drops_each_temp_table_after_the_last_statement_naming_it(sc):
     assert temp_tables(sc.store) == []
 
 
+class Engines:
+    """A store that notes the engine of every temp table alive after each statement."""
+
+    def __init__(self, store):
+        self.store, self.seen = store, {}
+
+    def execute(self, sql):
+        self.store.execute(sql)
+        tables = self.store.query_arrow(
+            "SELECT name, engine_full FROM system.tables WHERE name LIKE 'tmp\\_%'"
+        ).to_pydict()
+        names = [n.rsplit("_", 1)[0] for n in tables["name"]]  # without the run id
+        self.seen.update(zip(names, tables["engine_full"], strict=True))
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_every_temp_table_is_kept_in_memory_compressed(sc):
+    """The per-(job, GPU, window) tables alive at once are most of a run's peak memory: compressed, they
+    take half the bytes (docs/performance.md)."""
+    small_job(sc)
+    engines = Engines(sc.store)
+    analyzers.run(engines, sc.cfg, ms(0), ms(300))
+    widest = {"tmp_run_gpu", "tmp_loss", "tmp_run_split", "tmp_piece_windows", "tmp_idle_gaps"}
+    assert widest <= set(engines.seen)
+    assert {t: e for t, e in engines.seen.items() if e != "Memory SETTINGS compress = 1"} == {}
+
+
 def test_a_statement_in_parts_inserts_every_part_after_the_first_into_its_table():
-    create = "CREATE OR REPLACE TABLE tmp_x ENGINE = Memory AS SELECT 1 FROM t WHERE nn % {parts} = {part}"
+    table = f"CREATE OR REPLACE TABLE tmp_x ENGINE = {analyzers.TEMP_ENGINE} AS"
+    create = f"{table} SELECT 1 FROM t WHERE nn % {{parts}} = {{part}}"
     assert analyzers.in_parts(create, 3) == [
-        "CREATE OR REPLACE TABLE tmp_x ENGINE = Memory AS SELECT 1 FROM t WHERE nn % 3 = 0",
+        f"{table} SELECT 1 FROM t WHERE nn % 3 = 0",
         "INSERT INTO tmp_x SELECT 1 FROM t WHERE nn % 3 = 1",
         "INSERT INTO tmp_x SELECT 1 FROM t WHERE nn % 3 = 2",
     ]
