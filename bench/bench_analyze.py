@@ -1,7 +1,7 @@
 """How long the analyzers take over a cluster's day, against the bare query over the same rows (issue 19).
 
     .venv/bin/python bench/bench_analyze.py [--gpus 1024] [--hours 24] [--repeat 3] [--store DIR]
-                                             [--raw] [--last SECONDS] [--json out.json]
+                                             [--raw] [--last SECONDS] [--polars] [--json out.json]
 
 The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers_mt()`), not
 through the simulator and the loader's JSON path, which would take most of the run at this size: per
@@ -18,7 +18,10 @@ Each measurement runs in a fresh process, so its peak RSS is its own: `goodput a
 day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity over the same raw GPU
 rows; with --raw also the analyzers reading every node's raw rows instead of the rollups (what they did
 before the rollups, and do for nodes with a clock offset or a duplicate); with --last SECONDS also the
-analysis of the data's last SECONDS, as the loader service runs it every few minutes. Printed: min /
+analysis of the data's last SECONDS, as the loader service runs it every few minutes; with --polars also
+the bare query in polars, over a Parquet copy of the same raw GPU columns (written once beside the store,
+not timed): the issue's polars baseline, for the reference query only (the classification itself is not
+written in polars). Printed: min /
 median / max seconds of each, the median CPU-seconds (user + system of the process: steadier than wall
 time on a shared machine), the ratios of medians, peak RSS, rows, and the time per statement of the last
 run.
@@ -234,14 +237,23 @@ def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False)
 MEASURE = """
 import json, re, resource, sys, time
 sys.path.insert(0, {root!r})
+meta = json.loads({meta!r})
+steps = []
+if {what!r} == "bare_polars":  # without chDB loaded, so the peak RSS is polars's own
+    import polars as pl
+    t, cpu = time.perf_counter(), time.process_time()
+    window = (pl.col("ts").dt.epoch("ms") // 10_000).alias("w")
+    pl.scan_parquet({parquet!r}).group_by("node", "gpu", window).agg(pl.col("sm_active_pct").mean()).collect()
+    took, cpu = time.perf_counter() - t, time.process_time() - cpu
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps}}))
+    sys.exit(0)
 from contracts import config as config_mod
 from goodput.sim.cluster import scaled_config
 from pipeline.analyzers import run as analyzers
 from pipeline.chdb_store import ChdbStore
-meta = json.loads({meta!r})
 store = ChdbStore({path!r})
 t, cpu = time.perf_counter(), time.process_time()
-steps = []
 if {what!r}.startswith("analyze"):
     execute = store.execute
     def timed(sql, params=None):
@@ -263,9 +275,38 @@ print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps}}))
 """
 
 
+def parquet_path(path: Path) -> Path:
+    """Where the polars baseline's copy of the store at `path` lies: beside it."""
+    return path.with_name(f"{path.name}.raw_gpu.parquet")
+
+
+def parquet_copy(path: Path) -> Path:
+    """The raw GPU rows' columns that the bare query reads, as a Parquet file beside the store (written
+    once, by chDB): what the polars baseline scans."""
+    out = parquet_path(path)
+    if not out.exists():
+        print(f"writing {out} ...", file=sys.stderr, flush=True)
+        part = out.with_suffix(".part")
+        store = ChdbStore(path)
+        try:
+            store.execute(
+                f"INSERT INTO FUNCTION file('{part}', Parquet) "
+                "SELECT node, gpu, ts, sm_active_pct FROM raw_gpu SETTINGS engine_file_truncate_on_insert = 1"
+            )
+        finally:
+            store.close()
+        part.rename(out)
+    return out
+
+
 def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
     code = MEASURE.format(
-        root=str(ROOT), meta=json.dumps(meta), path=str(path), what=what, last_ms=last_s * 1000
+        root=str(ROOT),
+        meta=json.dumps(meta),
+        path=str(path),
+        what=what,
+        last_ms=last_s * 1000,
+        parquet=str(parquet_path(path)),
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -313,6 +354,11 @@ def main() -> int:
         metavar="SECONDS",
         help="also time the analysis of the data's last SECONDS (the loader service's periodic run)",
     )
+    ap.add_argument(
+        "--polars",
+        action="store_true",
+        help="also time the bare query in polars over a Parquet copy of the same raw GPU rows",
+    )
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     path = args.store or Path.home() / ".cache" / "goodput" / f"bench-analyze-{args.gpus}g-{args.hours:g}h"
@@ -322,8 +368,11 @@ def main() -> int:
         f"built in {meta['build_s']} s"
     )
     result: dict = {"data": meta}
+    if args.polars:
+        parquet_copy(path)
     for what in (
         ("bare", "analyze")
+        + (("bare_polars",) if args.polars else ())
         + (("analyze_raw",) if args.raw else ())
         + (("analyze_last",) if args.last else ())
     ):
@@ -339,6 +388,12 @@ def main() -> int:
         f"analyze / bare GROUP BY: {ratio:.1f}x (target 1.0-1.5x); "
         f"{result['analyze']['median_s'] / (meta['gpus'] * meta['hours'] / 24) * 1000:.1f} ms per GPU-day"
     )
+    if args.polars:
+        polars_s = result["bare_polars"]["median_s"]
+        print(
+            f"bare GROUP BY in polars (Parquet) / in chDB: {polars_s / result['bare']['median_s']:.2f}x; "
+            f"analyze / bare in polars: {result['analyze']['median_s'] / polars_s:.1f}x"
+        )
     if args.raw:
         gain = result["analyze_raw"]["median_s"] / result["analyze"]["median_s"]
         print(f"analyze on raw rows / on rollups: {gain:.1f}x")
