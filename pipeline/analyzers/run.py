@@ -351,7 +351,7 @@ ROWS_PER_PART = 3_000_000
 widest statements takes. Each statement naming {part} runs once per part, over the nodes or jobs whose
 number is {part} modulo {parts}: its hash tables then hold one part's keys, not the run's, and the run's
 peak memory is the tables kept plus one part's working set (docs/performance.md: on the bench day, 8.7 M
-rows in 3 parts, peak RSS 1.47-1.51 GB with `TEMP_ENGINE`'s compression; 5 parts of 2 M rows took
+rows in 3 parts, peak RSS 1.39-1.56 GB with `TEMP_ENGINE`'s compression; 5 parts of 2 M rows took
 ~1 s more for 1.20-1.26 GB, 1 part ~1 s less for 2.4 GB). A run of fewer rows is one part."""
 
 TEMP_ENGINE = "Memory SETTINGS compress = 1"
