@@ -229,6 +229,7 @@ def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False)
     if rebuild or not (path / MARKER).exists():
         if path.exists():
             subprocess.run(["rm", "-rf", str(path)], check=True)
+        parquet_path(path).unlink(missing_ok=True)  # the polars baseline's copy of the old rows
         print(f"building {path} ...", file=sys.stderr, flush=True)
         return build(path, gpus, hours)
     return json.loads((path / MARKER).read_text())
