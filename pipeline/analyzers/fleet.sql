@@ -91,7 +91,7 @@ pw AS (
     SELECT pool, wi, count() AS n, min(req) AS smallest FROM pending
     WHERE pool IN (SELECT pool FROM dim_pools) GROUP BY pool, wi
 ),
-held AS (  -- each GPU's allocations, merged where they overlap (a GPU counts once however often it is held)
+merged_holds AS (  -- each GPU's allocations, merged where they overlap (a GPU counts once however often it is held)
     SELECT node, gpu, min(a0) AS h0, max(a1) AS h1
     FROM (
         SELECT node, gpu, a0, a1, sum(reach IS NULL OR a0 > reach)
@@ -105,7 +105,7 @@ held AS (  -- each GPU's allocations, merged where they overlap (a GPU counts on
 in_use AS (  -- GPUs held on a node from each instant its count changes on
     SELECT node, t, sum(change) OVER (PARTITION BY node ORDER BY t ROWS UNBOUNDED PRECEDING) AS used
     FROM (SELECT node, t, sum(d) AS change
-          FROM (SELECT node, h0 AS t, 1 AS d FROM held UNION ALL SELECT node, h1, -1 FROM held)
+          FROM (SELECT node, h0 AS t, 1 AS d FROM merged_holds UNION ALL SELECT node, h1, -1 FROM merged_holds)
           GROUP BY node, t)
 ),
 occ AS (  -- per (node of the pool, pending window): the count at the window's start (the last change at or before it)
