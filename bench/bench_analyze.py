@@ -12,7 +12,9 @@ The job events (a few hundred jobs) do go through the loader. Jobs: the nodes in
 30 minutes, so phase boundaries cut windows as in life; each job-minute is productive,
 or with probability 5 % a data stall (PSI high, SM near zero) or 3 % a comm stall (xmit_wait high),
 drawn per (gang, minute) from a hash so every GPU of a gang stalls together. The store is cached under
-~/.cache/goodput/bench-analyze-<gpus>g-<hours>h (or --store DIR) and rebuilt only with --rebuild.
+~/.cache/goodput/bench-analyze-<gpus>g-<hours>h (or --store DIR) and rebuilt only with --rebuild. The
+build ends when the background merges its inserts started are over (timed, within the build's time), and
+a measurement during which the raw or rollup tables merged is flagged as not steady state.
 
 Each measurement runs in a fresh process, so its peak RSS is its own: `goodput analyze` over the whole
 day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity over the same raw GPU
@@ -41,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from contracts import catalog  # noqa: E402
 from contracts import config as config_mod  # noqa: E402
 from contracts.envelope import encode_batch  # noqa: E402
 from contracts.schema import KINDS, topic_for  # noqa: E402
@@ -181,6 +184,32 @@ def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, se
     ]
 
 
+_SAMPLE_TABLES = ", ".join(f"'{t}'" for t in [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values()])
+ACTIVE_PARTS = (
+    f"SELECT (SELECT count() FROM system.merges WHERE table IN ({_SAMPLE_TABLES})) AS merging, "
+    "(SELECT count() FROM system.parts WHERE active AND database = currentDatabase() "
+    f"AND table IN ({_SAMPLE_TABLES})) AS parts"
+)
+"""Whether the samples' tables (raw and rollup) are merging, and their active parts: the store is settled
+when neither changes (an analysis writes its own output tables, which may merge meanwhile)."""
+
+
+def settle_merges(store: ChdbStore, quiet_s: float = 10.0, poll_s: float = 0.5) -> int:
+    """Wait until the background merges that the build's inserts started are over (none running, the
+    active parts unchanged for `quiet_s`) and return the active parts. Without this the measurements
+    that follow pay for them: chDB merges in the process that has the store open, and a measuring
+    process that exits mid-merge leaves the merge to the next (seen: the first two processes after a
+    build at a 2.3 GB peak against 1.5 GB settled, and the bare query 20 % slower)."""
+    quiet_since, last = time.perf_counter(), None
+    while True:
+        state = store.query_arrow(ACTIVE_PARTS).to_pylist()[0]
+        if state["merging"] or state["parts"] != last:
+            quiet_since, last = time.perf_counter(), state["parts"]
+        elif time.perf_counter() - quiet_since >= quiet_s:
+            return int(last)
+        time.sleep(poll_s)
+
+
 def build(path: Path, gpus: int, hours: float) -> dict:
     cfg = _config(gpus)
     nodes = _nodes(cfg)
@@ -205,6 +234,13 @@ def build(path: Path, gpus: int, hours: float) -> dict:
             print(
                 f"  build: samples {i}/3 in {time.perf_counter() - took:.1f} s", file=sys.stderr, flush=True
             )
+        took = time.perf_counter()
+        parts = settle_merges(store)
+        print(
+            f"  build: background merges settled in {time.perf_counter() - took:.1f} s, {parts} active parts",
+            file=sys.stderr,
+            flush=True,
+        )
         counts = {
             t: int(store.query_arrow(f"SELECT count() AS n FROM {t}").column("n")[0].as_py())
             for t in ("raw_gpu", "raw_nic", "raw_storage", "raw_job")
@@ -247,13 +283,14 @@ if {what!r} == "bare_polars":  # without chDB loaded, so the peak RSS is polars'
     pl.scan_parquet({parquet!r}).group_by("node", "gpu", window).agg(pl.col("sm_active_pct").mean()).collect()
     took, cpu = time.perf_counter() - t, time.process_time() - cpu
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps}}))
+    print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": True}}))
     sys.exit(0)
 from contracts import config as config_mod
 from goodput.sim.cluster import scaled_config
 from pipeline.analyzers import run as analyzers
 from pipeline.chdb_store import ChdbStore
 store = ChdbStore({path!r})
+parts_before = store.query_arrow({active_parts!r}).to_pylist()[0]["parts"]
 t, cpu = time.perf_counter(), time.process_time()
 if {what!r}.startswith("analyze"):
     execute = store.execute
@@ -270,9 +307,11 @@ else:
     store.query_arrow("SELECT count() AS n FROM (SELECT node, gpu, intDiv(toUnixTimestamp64Milli(ts), 10000) "
                       "AS w, avg(sm_active_pct) AS b FROM raw_gpu GROUP BY node, gpu, w)")
 took, cpu = time.perf_counter() - t, time.process_time() - cpu
+state = store.query_arrow({active_parts!r}).to_pylist()[0]
 store.close()
 rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps}}))
+settled = state["merging"] == 0 and state["parts"] == parts_before
+print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": settled}}))
 """
 
 
@@ -308,6 +347,7 @@ def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
         what=what,
         last_ms=last_s * 1000,
         parquet=str(parquet_path(path)),
+        active_parts=ACTIVE_PARTS,
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -315,13 +355,15 @@ def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
 
 def repeat(path: Path, meta: dict, what: str, times: int, last_s: int = 0) -> dict:
     """`what` measured `times` times, each in a fresh process: min / median / max seconds, the median
-    CPU-seconds, the peak RSS, and the last run's time per statement."""
+    CPU-seconds, the peak RSS, the runs during which the samples' tables merged (not steady state: flagged,
+    and counted), and the last run's time per statement."""
     runs = []
     for i in range(times):
         runs.append(measure(path, meta, what, last_s))
         print(
             f"  {meta['gpus']} GPUs x {meta['hours']:g} h, {what} {i + 1}/{times}: {runs[-1]['s']:.2f} s "
-            f"({runs[-1]['cpu_s']:.1f} CPU-s), peak RSS {runs[-1]['rss_mb']:.0f} MB",
+            f"({runs[-1]['cpu_s']:.1f} CPU-s), peak RSS {runs[-1]['rss_mb']:.0f} MB"
+            + ("" if runs[-1]["settled"] else "  [the store merged meanwhile: not steady state]"),
             file=sys.stderr,
             flush=True,
         )
@@ -332,6 +374,7 @@ def repeat(path: Path, meta: dict, what: str, times: int, last_s: int = 0) -> di
         "max_s": secs[-1],
         "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
         "peak_rss_mb": max(r["rss_mb"] for r in runs),
+        "unsettled_runs": sum(not r["settled"] for r in runs),
         "steps": runs[-1]["steps"],
     }
 
