@@ -196,10 +196,9 @@ when neither changes (an analysis writes its own output tables, which may merge 
 
 def settle_merges(store: ChdbStore, quiet_s: float = 10.0, poll_s: float = 0.5) -> int:
     """Wait until the background merges that the build's inserts started are over (none running, the
-    active parts unchanged for `quiet_s`) and return the active parts. Without this the measurements
-    that follow pay for them: chDB merges in the process that has the store open, and a measuring
-    process that exits mid-merge leaves the merge to the next (seen: the first two processes after a
-    build at a 2.3 GB peak against 1.5 GB settled, and the bare query 20 % slower)."""
+    active parts unchanged for `quiet_s`) and return the active parts. Otherwise a measurement could pay
+    for them: chDB merges in whichever process has the store open, and a process that exits mid-merge
+    leaves the merge to the next. Each measurement checks it too (ACTIVE_PARTS before and after)."""
     quiet_since, last = time.perf_counter(), None
     while True:
         state = store.query_arrow(ACTIVE_PARTS).to_pylist()[0]
@@ -272,17 +271,20 @@ def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False)
 
 
 MEASURE = """
-import json, re, resource, sys, time
+import json, re, sys, time
 sys.path.insert(0, {root!r})
 meta = json.loads({meta!r})
 steps = []
+def peak_rss_mb():  # this process's own high-water mark: ru_maxrss would also count the parent's RSS
+    # at the fork (Linux keeps it across exec), which after a build in the parent is the larger
+    return int(next(x for x in open("/proc/self/status") if x.startswith("VmHWM:")).split()[1]) / 1024
 if {what!r} == "bare_polars":  # without chDB loaded, so the peak RSS is polars's own
     import polars as pl
     t, cpu = time.perf_counter(), time.process_time()
     window = (pl.col("ts").dt.epoch("ms") // 10_000).alias("w")
     pl.scan_parquet({parquet!r}).group_by("node", "gpu", window).agg(pl.col("sm_active_pct").mean()).collect()
     took, cpu = time.perf_counter() - t, time.process_time() - cpu
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": True}}))
     sys.exit(0)
 from contracts import config as config_mod
@@ -309,7 +311,7 @@ else:
 took, cpu = time.perf_counter() - t, time.process_time() - cpu
 state = store.query_arrow({active_parts!r}).to_pylist()[0]
 store.close()
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss_mb = peak_rss_mb()
 settled = state["merging"] == 0 and state["parts"] == parts_before
 print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": settled}}))
 """
