@@ -52,3 +52,24 @@ def test_a_starved_reader_below_the_pools_mean_is_still_data_stall(sc):
     sc.load()
     sc.analyze(0, 300)
     assert sc.cats("starved")["data_stall"] == pytest.approx(400 / 3, rel=0.02)
+
+
+def test_a_nodes_read_rate_sums_its_mounts_per_sample_time(sc):
+    # two shared mounts sampled at the same seconds: the node reads 0.96 of the ceiling, not 0.48 (each
+    # sample time counts once however many mounts report it, so the rates add up)
+    ceiling = sc.cfg.pools[0].storage_ceiling_bytes_per_s
+    half_stalled(sc, "two-mounts", N1)
+    for device in ("/data", "/ckpt"):
+        sc.rows("storage", N1, 0, 200, source="nfs", device=device, read_bytes_per_s=0.48 * ceiling)
+    sc.load()
+    sc.analyze(0, 300)
+    assert sc.cats("two-mounts")["data_stall"] == pytest.approx(400 / 3, rel=0.02)
+    why = (
+        sc.store.query_arrow(
+            "SELECT DISTINCT evidence FROM goodput_windows "
+            "WHERE job_id = 'two-mounts' AND category = 'data_stall'"
+        )
+        .column("evidence")
+        .to_pylist()
+    )
+    assert why and all("at 96% of its ceiling" in w for w in why), why
