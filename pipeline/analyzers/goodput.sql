@@ -828,11 +828,11 @@ heard AS (
     SELECT jn, nn, wi, 'idle', 'below healthy level, no evidence', secs * l * p_idle
     FROM tmp_run_split WHERE l > 0 AND p_idle > 0 AND NOT no_data
 ),
-gang AS (
+silent AS (SELECT jn, nn, wi, sum(secs) AS secs FROM tmp_run_split WHERE no_data GROUP BY jn, nn, wi),
+gang AS (  -- only the windows a silent GPU is in: the joins below read no other
     SELECT jn, wi, category, evidence, sum(secs) / sum(sum(secs)) OVER (PARTITION BY jn, wi) AS share
-    FROM heard GROUP BY jn, wi, category, evidence
-),
-silent AS (SELECT jn, nn, wi, sum(secs) AS secs FROM tmp_run_split WHERE no_data GROUP BY jn, nn, wi)
+    FROM heard WHERE (jn, wi) IN (SELECT jn, wi FROM silent) GROUP BY jn, wi, category, evidence
+)
 SELECT jn, nn, wi, toLowCardinality(category) AS category, toLowCardinality(evidence) AS evidence, secs FROM (
 SELECT jn, nn, wi, phase AS category, evidence, secs FROM tmp_piece_windows WHERE phase != 'run'
 UNION ALL
