@@ -122,6 +122,7 @@ class Agent:
             sent_ms=int(self.clock() * 1000),
             columns=columns(kind, rows),
             agent=self.version,
+            version=self.cfg.message_version,
         )
         self.spool.append(topic_for(kind, self.topic_prefix), self.cfg.node.encode(), value)
         return len(rows)

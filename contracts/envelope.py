@@ -1,4 +1,5 @@
-"""Encoding a batch of rows into the documented JSON envelope (docs/messages.md).
+"""Encoding a batch of rows into the documented envelope (docs/messages.md): JSON (version 1), or the
+columnar binary one (version 2, contracts.columnar).
 
 Agents and the simulator produce the same bytes; an external generator only has to follow the docs.
 orjson writes numpy columns directly, without a Python object per value.
@@ -7,11 +8,17 @@ Decoding and validation live in the pipeline (`pipeline.validate`), which must d
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any, Mapping, Sequence
 
 import orjson
 
+from contracts import columnar
 from contracts.schema import KINDS, SCHEMA_VERSION
+
+VERSIONS = (SCHEMA_VERSION, columnar.VERSION)
+"""Message schema versions an agent can send: 1 (JSON) and 2 (columnar binary, same fields)."""
 
 
 def _column(values: Any) -> Any:
@@ -33,9 +40,13 @@ def encode_batch(
     sent_ms: int,
     columns: Mapping[str, Sequence[Any]],
     agent: str,
+    version: int = SCHEMA_VERSION,
 ) -> bytes:
-    """One envelope as compact UTF-8 JSON. Raises ValueError when columns differ in length or the
-    kind or a field is unknown, so that a bug in a collector never leaves the node as bad data."""
+    """One envelope: compact UTF-8 JSON (version 1) or the columnar binary envelope (version 2). Raises
+    ValueError when columns differ in length, the kind or a field is unknown or (version 2) a value
+    does not fit its field's type, so that a bug in a collector never leaves the node as bad data."""
+    if version not in VERSIONS:
+        raise ValueError(f"message schema version {version}; agents send one of {VERSIONS}")
     spec = KINDS.get(kind)
     if spec is None:
         raise ValueError(f"unknown signal kind {kind!r}; known: {', '.join(KINDS)}")
@@ -47,6 +58,18 @@ def encode_batch(
     lengths = {len(v) for v in cols.values()}
     if len(lengths) > 1:
         raise ValueError(f"{kind} batch columns differ in length: {sorted(lengths)}")
+    if version == columnar.VERSION:
+        return columnar.encode(
+            kind=kind,
+            cluster=cluster,
+            node=node,
+            seq=seq,
+            sent_ms=sent_ms,
+            agent=agent,
+            fields={f.name: f for f in spec.fields},
+            columns={name: v.tolist() if hasattr(v, "tolist") else v for name, v in cols.items()},
+            rows=lengths.pop() if lengths else 0,
+        )
     envelope = {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
@@ -58,3 +81,27 @@ def encode_batch(
         "columns": cols,
     }
     return orjson.dumps(envelope, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+LINE_PREFIX = columnar.MAGIC + b":"
+"""A messages file (`goodput simulate --out`, `goodput ingest --from`, `dead-letters --export`) holds one
+message per line: a JSON envelope as it is, a columnar one as this prefix and the message in base64."""
+
+
+def message_line(value: bytes) -> bytes:
+    """One message as one line, without the line break. In JSON a line break can only be whitespace
+    between tokens, so it is written as a space and the message means the same."""
+    if value.startswith(columnar.MAGIC):
+        return LINE_PREFIX + base64.b64encode(value)
+    return value.replace(b"\r", b" ").replace(b"\n", b" ")
+
+
+def line_message(line: bytes) -> bytes:
+    """The message a line of a messages file holds. A columnar line whose base64 is broken is returned
+    as it is: it still starts with the magic, so the loader dead-letters it as `bad_buffers`."""
+    if line.startswith(LINE_PREFIX):
+        try:
+            return base64.b64decode(line[len(LINE_PREFIX) :], validate=True)
+        except binascii.Error:
+            return line
+    return line

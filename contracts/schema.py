@@ -761,7 +761,11 @@ STEP = Kind(
 KINDS: dict[str, Kind] = {k.name: k for k in (GPU, NIC, STORAGE, JOB, STEP)}
 
 ENVELOPE_FIELDS: tuple[tuple[str, str, str], ...] = (
-    ("schema_version", "int", f"Message schema version; this document describes {SCHEMA_VERSION}."),
+    (
+        "schema_version",
+        "int",
+        f"Message schema version: {SCHEMA_VERSION} in a JSON envelope, 2 in a columnar one's header (below).",
+    ),
     ("kind", "str", "One of: " + ", ".join(KINDS) + "."),
     ("cluster", "str", "Cluster name from the agent's configuration."),
     ("node", "str", "Host name of the sending agent."),

@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from alerts import build as alerts_build
 from contracts.config import ConfigError
+from contracts.envelope import VERSIONS
 from goodput.replay import cli as replay_cli
 from pipeline import cli as pipeline_cli
 from pipeline.store import StoreError
@@ -30,10 +31,12 @@ def cmd_demo(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    """Writes the simulated cluster's messages as JSON lines, for `goodput ingest --from` and other tools."""
+    """Writes the simulated cluster's messages one per line (JSON, or with --message-version 2 columnar
+    in base64: contracts.envelope.message_line), for `goodput ingest --from` and other tools."""
     import time
 
     from contracts import config as config_mod
+    from contracts.envelope import message_line
     from goodput.sim.cluster import SimConfig, scaled_config, simulate
     from goodput.sim.emit import messages
 
@@ -41,8 +44,8 @@ def cmd_simulate(args) -> int:
     start_ms = (int(time.time()) // 60) * 60_000 - int(args.hours * 3_600_000)
     res = simulate(SimConfig.from_config(cfg, hours=args.hours, seed=args.seed, start_ms=start_ms), cfg)
     with open(args.out, "wb") as f:
-        for _topic, _key, value in messages(res):
-            f.write(value + b"\n")
+        for _topic, _key, value in messages(res, version=args.message_version):
+            f.write(message_line(value) + b"\n")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -161,12 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="goodput-demo", help="output directory (store, CSVs, ground truth)")
     p.add_argument("--config", help="cluster config to scale (default: the shipped example)")
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("simulate", help="write the simulated cluster's messages as JSON lines")
+    p = sub.add_parser("simulate", help="write the simulated cluster's messages, one per line")
     p.add_argument("--gpus", type=positive(int), default=64)
     p.add_argument("--hours", type=positive(float), default=1.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--config")
     p.add_argument("--out", required=True)
+    p.add_argument(
+        "--message-version",
+        type=int,
+        choices=VERSIONS,
+        default=VERSIONS[0],
+        help="1: JSON envelopes; 2: columnar binary ones, base64 lines (docs/messages.md)",
+    )
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("agent", help="node agent: collectors → Kafka (spooled), Prometheus /metrics")
     p.add_argument("--config", help="goodput TOML config with [agent] and [transport.kafka]")

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from contracts import config as config_mod
+from contracts.envelope import line_message
 from transport.base import Record
 
 # The store, loader, analyzers and summary (Arrow, Polars, chDB: ~60 MB and ~0.4 s to import) are
@@ -37,12 +38,13 @@ def _store(args, cfg, *, create: bool = False):
 
 
 def file_records(path: Path):
-    """One documented message per line; the line number is the record's offset (for dead letters)."""
+    """One documented message per line (contracts.envelope.message_line); the line number is the record's
+    offset (for dead letters)."""
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
             if line:
-                yield Record(f"file:{path.name}", 0, lineno, None, line)
+                yield Record(f"file:{path.name}", 0, lineno, None, line_message(line))
 
 
 def cmd_ingest(args) -> int:
@@ -56,8 +58,8 @@ def cmd_ingest(args) -> int:
     if not path.is_file():
         print(
             f"goodput ingest: --from {path} {'is not a file' if path.exists() else 'does not exist'}: give "
-            f"a file of messages, one JSON envelope per line (docs/messages.md; `goodput simulate --out "
-            f"FILE` and `goodput dead-letters --export FILE` write one)",
+            f"a file of messages, one envelope per line (docs/messages.md, 'Messages files'; `goodput "
+            f"simulate --out FILE` and `goodput dead-letters --export FILE` write one)",
             file=sys.stderr,
         )
         return 2
@@ -314,7 +316,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         parents=[common],
         help="the loader: Kafka → store as a service (docs/loader.md), or --from a file of messages",
     )
-    p.add_argument("--from", dest="source", help="file of messages (JSON lines) instead of Kafka")
+    p.add_argument("--from", dest="source", help="file of messages (one per line) instead of Kafka")
     p.add_argument(
         "--no-analyze", action="store_true", help="--from: only load; do not run the analyzers after"
     )

@@ -17,6 +17,7 @@ from typing import BinaryIO, Iterator
 
 from contracts import catalog
 from contracts.config import ConfigError
+from contracts.envelope import message_line
 from pipeline.store import Params, Store
 
 RAW_PREFIX_BYTES = 120
@@ -127,11 +128,10 @@ def format_listing(rows: list[dict]) -> str:
 
 
 def export(store: Store, where: Filter, out: BinaryIO) -> int:
-    """Writes the raw messages one per line (for `goodput ingest --from`); returns how many. In valid
-    JSON a line break can only be whitespace between tokens, so it is written as a space and the
-    message means the same; an empty message would be an empty line, which ingest skips."""
+    """Writes the raw messages one per line (contracts.envelope.message_line, for `goodput ingest
+    --from`); returns how many. An empty message would be an empty line, which ingest skips."""
     n = 0
     for r in _rows(store, where, None):
-        out.write(r["raw"].replace(b"\r", b" ").replace(b"\n", b" ") + b"\n")
+        out.write(message_line(r["raw"]) + b"\n")
         n += 1
     return n

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contracts import catalog
+from contracts import catalog, columnar
 from contracts.schema import ENVELOPE_FIELDS, JOB_EVENTS, KINDS, SCHEMA_VERSION, topic_for
 from pipeline.configdoc import config_md
 from pipeline.ddl import all_ddl, column_type
@@ -154,12 +154,15 @@ def example_envelope(kind: str) -> dict:
 
 def messages_md() -> str:
     out = [
-        f"""# Kafka message schema, version {SCHEMA_VERSION}
+        f"""# Kafka message schema, versions {SCHEMA_VERSION} (JSON) and {columnar.VERSION} (columnar binary)
 
-Generated from `contracts/schema.py` by `python -m pipeline.docgen`; do not edit by hand.
+Generated from `contracts/schema.py` and `contracts/columnar.py` by `python -m pipeline.docgen`; do not
+edit by hand.
 
 Agents publish one **envelope** per batch to the topic of its signal kind, key = the node name, value =
-UTF-8 JSON. A batch carries its rows **column-wise**: `columns` maps each field to an array, all arrays
+UTF-8 JSON (version {SCHEMA_VERSION}) or the same envelope as columnar binary buffers (version
+{columnar.VERSION}, below; `[agent] message_version`). The loader reads both, also mixed in one topic.
+A batch carries its rows **column-wise**: `columns` maps each field to an array, all arrays
 of one length. A field a node cannot measure is left out of `columns`, or is `null` in the rows that
 lack it: absent, never zero. Non-finite numbers are not JSON; send `null`.
 
@@ -182,6 +185,22 @@ with a byte order mark is `not_json` (RFC 8259: senders must not add one).
         out.append(f"| {k.name} | `{topic_for(k.name)}` | {k.help} |")
     out += ["", "## Envelope", "| field | type | meaning |", "|---|---|---|"]
     out += [f"| `{n}` | {t} | {h} |" for n, t, h in ENVELOPE_FIELDS]
+    out += [
+        "",
+        f"## Version {columnar.VERSION}: the columnar binary envelope",
+        "",
+        "The same envelope and fields, each column as the buffers Arrow holds in memory: a loader wraps "
+        "them as arrays without a Python object per value (docs/loader.md, about 4x cheaper to decode "
+        "than JSON). Each kind's table below gives every field's wire type.",
+        "",
+        "```",
+        columnar.LAYOUT.rstrip(),
+        "```",
+        "",
+        "**Messages files** (`goodput simulate --out`, `goodput ingest --from`, `goodput dead-letters "
+        "--export`) hold one message per line: a JSON envelope as it is (a line break inside it written as "
+        "a space), a columnar one as `GPC2:` and the message in base64.",
+    ]
     for k in KINDS.values():
         labels = [f"`{f.label}` ({f.name})" for f in k.fields if f.label]
         out += ["", f"## Kind `{k.name}`", "", k.help, ""]
@@ -191,8 +210,9 @@ with a byte order mark is `not_json` (RFC 8259: senders must not add one).
                 "",
             ]
         out += [
-            "| field | type | unit | required | range | ClickHouse | Prometheus metric | meaning |",
-            "|---|---|---|---|---|---|---|---|",
+            "| field | type | v2 wire type | unit | required | range | ClickHouse | Prometheus metric "
+            "| meaning |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for f in k.fields:
             rng = (
@@ -208,7 +228,8 @@ with a byte order mark is `not_json` (RFC 8259: senders must not add one).
                 else ""
             )
             out.append(
-                f"| `{f.name}` | {f.type} | {f.unit} | {'yes' if f.required else ''} | {rng} | "
+                f"| `{f.name}` | {f.type} | {columnar.wire_type(f)} | {f.unit} | "
+                f"{'yes' if f.required else ''} | {rng} | "
                 f"{column_type(f)} | {metric} | {f.help} |"
             )
         if k.name == "job":
@@ -248,7 +269,9 @@ with a byte order mark is `not_json` (RFC 8259: senders must not add one).
         "missing_field, bad_type, out_of_range (includes timestamps outside [now - max_past_days, now + "
         "max_future_s] and values outside a field's range or enum), bad_gpu_indices (an "
         "`allocated`/`released` naming a GPU twice, a negative index, or one beyond the node's "
-        "`gpus_per_node`; without `[[pools]]`, beyond 63), repeated_key, duplicate_seq.",
+        "`gpus_per_node`; without `[[pools]]`, beyond 63), repeated_key (also a column listed twice in a "
+        "columnar header), duplicate_seq, bad_buffers (a columnar message whose buffers run past its end, "
+        "leave bytes after the last one, or hold offsets out of order or strings that are not UTF-8).",
         "",
     ]
     return "\n".join(out)

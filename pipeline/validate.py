@@ -21,7 +21,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contracts.schema import ENVELOPE_FIELDS, KINDS, SCHEMA_VERSION, Field, Kind
+from contracts import columnar
+from contracts.schema import KINDS, SCHEMA_VERSION, Field, Kind
 from pipeline.ddl import arrow_type, column_name
 
 MAX_MESSAGE_BYTES = 16 * 2**20
@@ -50,8 +51,10 @@ class Envelope:
     seq: int
     sent_ms: int
     agent: str
-    columns: dict[str, list]
+    columns: dict[str, Any]
     rows: int
+    version: int = SCHEMA_VERSION
+    """1: `columns` holds JSON's lists; 2: Arrow arrays of the fields' wire types (contracts.columnar)."""
     position: Any = None
     """Where it came from (a transport Record or a file line); carried through for dead letters."""
 
@@ -70,9 +73,6 @@ class Limits:
     inventory: Mapping[str, int] | None = None
     """GPUs per node of every node in a pool (`[[pools]] gpus_per_node`): what an allocation may name.
     None when the config has no pools; then only the schema's bound on a GPU index applies."""
-
-
-_ENVELOPE_KEYS = frozenset(name for name, _type, _help in ENVELOPE_FIELDS)
 
 
 class _Repeated(Exception):
@@ -133,9 +133,12 @@ _NON_FINITE = re.compile(rb"[:,\[]\s*-?(NaN|Infinity)\b")
 
 
 def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> Envelope | Rejected:
-    """Parses and checks one message's structure (not yet its values' types and ranges)."""
+    """Parses and checks one message's structure (not yet its values' types and ranges): a JSON
+    envelope (version 1) or, told by its magic, a columnar one (version 2)."""
     if len(value) > MAX_MESSAGE_BYTES:
         return Rejected("oversize_message", f"{len(value)} bytes > limit {MAX_MESSAGE_BYTES}")
+    if value[: len(columnar.MAGIC)] == columnar.MAGIC:
+        return _decode_columnar(value, limits, expected_kind)
     try:
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as e:
@@ -146,22 +149,83 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
                 "send null for a value not measured",
             )
         return Rejected("not_json", f"not a JSON envelope: {e}")
+    checked = _check_envelope(value, doc, _ENVELOPE_TYPES, SCHEMA_VERSION, limits, expected_kind)
+    if isinstance(checked, Rejected):
+        return checked
+    kind = checked
+    columns = doc["columns"]
+    unknown = sorted(set(columns) - {f.name for f in kind.fields})
+    if unknown:
+        return Rejected(
+            "unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{SCHEMA_VERSION}"
+        )
+    lengths = set()
+    for name, vals in columns.items():
+        if not isinstance(vals, list):
+            return Rejected("bad_envelope", f"column {name!r} is {type(vals).__name__}, expected an array")
+        lengths.add(len(vals))
+    if len(lengths) > 1:
+        return Rejected("ragged_columns", f"columns have different lengths {sorted(lengths)}")
+    rows = lengths.pop() if lengths else 0
+    if (problem := _check_rows(rows, limits)) is not None:
+        return problem
+    for name in kind.required:
+        vals = columns.get(name)
+        if vals is None:
+            return Rejected("missing_field", f"required field {name!r} is absent")
+        if None in vals:
+            return Rejected("missing_field", f"required field {name!r} is null in row {vals.index(None)}")
+    return _envelope(doc, kind, columns, rows, SCHEMA_VERSION)
+
+
+def _envelope(doc: dict, kind: Kind, columns: dict, rows: int, version: int) -> Envelope:
+    return Envelope(
+        kind.name,
+        doc["cluster"],
+        doc["node"],
+        doc["seq"],
+        doc["sent_ms"],
+        doc.get("agent", ""),
+        columns,
+        rows,
+        version,
+    )
+
+
+def _check_rows(rows: int, limits: Limits) -> Rejected | None:
+    if rows <= 0:
+        return Rejected("empty_batch", "the batch has no rows")
+    if rows > limits.max_rows:
+        return Rejected("oversize_batch", f"{rows} rows > limit {limits.max_rows}")
+    return None
+
+
+def _check_envelope(
+    value: bytes,
+    doc: Any,
+    types: Mapping[str, type],
+    version: int,
+    limits: Limits,
+    expected_kind: str | None,
+) -> Kind | Rejected:
+    """The checks both versions' envelopes share: keys and their types, the version, the kind, the
+    sender and the sequence; `value` is the JSON text `doc` was parsed from (for repeated keys)."""
     if not isinstance(doc, dict):
         return Rejected("bad_envelope", f"top level is {type(doc).__name__}, expected an object")
     if (repeated := _repeated_key(value, doc)) is not None:
         return Rejected(
             "repeated_key", f"key {repeated!r} appears twice in one object: which value is meant is unclear"
         )
-    extra = sorted(set(doc) - _ENVELOPE_KEYS)
+    extra = sorted(set(doc) - set(types) - {"agent"})
     if extra:
         return Rejected(
-            "unknown_field", f"the envelope has no key(s) {', '.join(extra)} in schema v{SCHEMA_VERSION}"
+            "unknown_field", f"the envelope has no key(s) {', '.join(extra)} in schema v{version}"
         )
     if not isinstance(doc.get("agent", ""), str):
         return Rejected(
             "bad_envelope", f"envelope field 'agent' is {type(doc['agent']).__name__}, expected str"
         )
-    for name, typ in _ENVELOPE_TYPES.items():
+    for name, typ in types.items():
         if name not in doc:
             return Rejected("bad_envelope", f"envelope field {name!r} is missing")
         v = doc[name]
@@ -169,9 +233,12 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
             return Rejected(
                 "bad_envelope", f"envelope field {name!r} is {type(v).__name__}, expected {typ.__name__}"
             )
-    if doc["schema_version"] != SCHEMA_VERSION:
+    if doc["schema_version"] != version:
+        encoding = "a columnar (binary)" if version == columnar.VERSION else "a JSON"
         return Rejected(
-            "unknown_version", f"schema_version {doc['schema_version']}; this loader reads {SCHEMA_VERSION}"
+            "unknown_version",
+            f"schema_version {doc['schema_version']} in {encoding} envelope; this loader reads JSON "
+            f"envelopes of version {SCHEMA_VERSION} and columnar ones of version {columnar.VERSION}",
         )
     kind = KINDS.get(doc["kind"])
     if kind is None:
@@ -196,40 +263,119 @@ def decode(value: bytes, limits: Limits, expected_kind: str | None = None) -> En
         return Rejected("bad_envelope", f"seq {doc['seq']} is not in [0, 2^63)")
     if not 0 <= doc["sent_ms"] < 2**63:
         return Rejected("bad_envelope", f"sent_ms {doc['sent_ms']} is not an epoch millisecond time")
-    columns = doc["columns"]
-    unknown = sorted(set(columns) - {f.name for f in kind.fields})
+    return kind
+
+
+_COLUMNAR_TYPES = {**_ENVELOPE_TYPES, "rows": int, "columns": list}
+"""The columnar header: the JSON envelope's keys, `columns` listing the buffers' fields, and `rows`."""
+_WIRE_ARROW = {
+    "int64": pa.int64(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+    "utf8": pa.string(),
+    "int32_list": pa.list_(pa.int32()),
+}
+
+
+class _BadBuffers(Exception):
+    pass
+
+
+def _decode_columnar(value: bytes, limits: Limits, expected_kind: str | None) -> Envelope | Rejected:
+    """A version 2 envelope (contracts.columnar): its header checked as a JSON envelope's, then each
+    column's buffers wrapped as an Arrow array, without a copy or a Python object per value."""
+    if len(value) < columnar.HEADER.size:
+        return Rejected("bad_buffers", f"{len(value)} bytes: shorter than the 8-byte preamble")
+    _, header_len = columnar.HEADER.unpack_from(value)
+    end = columnar.HEADER.size + header_len
+    if end > len(value):
+        return Rejected("bad_buffers", f"the header's length {header_len} runs past the message's end")
+    header = value[columnar.HEADER.size : end]
+    try:
+        doc = orjson.loads(header)
+    except orjson.JSONDecodeError as e:
+        return Rejected("bad_envelope", f"the columnar envelope's header is not JSON: {e}")
+    checked = _check_envelope(header, doc, _COLUMNAR_TYPES, columnar.VERSION, limits, expected_kind)
+    if isinstance(checked, Rejected):
+        return checked
+    kind = checked
+    rows = doc["rows"]
+    if (problem := _check_rows(rows, limits)) is not None:
+        return problem
+    spec = doc["columns"]
+    if not all(
+        isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and c[1] in (0, 1) for c in spec
+    ):
+        return Rejected("bad_envelope", "header 'columns' must list [field name, 0 or 1] pairs")
+    names = [c[0] for c in spec]
+    if len(set(names)) < len(names):
+        repeated = next(n for n in names if names.count(n) > 1)
+        return Rejected("repeated_key", f"column {repeated!r} appears twice in the header")
+    unknown = sorted(set(names) - {f.name for f in kind.fields})
     if unknown:
         return Rejected(
-            "unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{SCHEMA_VERSION}"
+            "unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{columnar.VERSION}"
         )
-    lengths = set()
-    for name, vals in columns.items():
-        if not isinstance(vals, list):
-            return Rejected("bad_envelope", f"column {name!r} is {type(vals).__name__}, expected an array")
-        lengths.add(len(vals))
-    if len(lengths) > 1:
-        return Rejected("ragged_columns", f"columns have different lengths {sorted(lengths)}")
-    rows = lengths.pop() if lengths else 0
-    if rows == 0:
-        return Rejected("empty_batch", "the batch has no rows")
-    if rows > limits.max_rows:
-        return Rejected("oversize_batch", f"{rows} rows > limit {limits.max_rows}")
+    try:
+        columns = _columns(value, columnar.padded(end), spec, kind, rows)
+    except _BadBuffers as e:
+        return Rejected("bad_buffers", str(e))
     for name in kind.required:
-        vals = columns.get(name)
-        if vals is None:
+        arr = columns.get(name)
+        if arr is None:
             return Rejected("missing_field", f"required field {name!r} is absent")
-        if None in vals:
-            return Rejected("missing_field", f"required field {name!r} is null in row {vals.index(None)}")
-    return Envelope(
-        kind.name,
-        doc["cluster"],
-        doc["node"],
-        doc["seq"],
-        doc["sent_ms"],
-        doc.get("agent", ""),
-        columns,
-        rows,
-    )
+        if arr.null_count:
+            first = pc.index(pc.is_null(arr), True).as_py()
+            return Rejected("missing_field", f"required field {name!r} is null in row {first}")
+    return _envelope(doc, kind, columns, rows, columnar.VERSION)
+
+
+def _columns(value: bytes, pos: int, spec: list, kind: Kind, rows: int) -> dict[str, pa.Array]:
+    """Each column's buffers as Arrow arrays over `value`'s memory; raises _BadBuffers naming the
+    column whose buffers run past the message's end, leave bytes after it, or hold invalid offsets
+    or UTF-8."""
+    whole = pa.py_buffer(value)
+    bits = (rows + 7) // 8
+
+    def take(name: str, size: int) -> pa.Buffer:
+        nonlocal pos
+        if size < 0 or pos + size > len(value):
+            raise _BadBuffers(f"column {name!r}: its buffers run past the message's end ({len(value)} bytes)")
+        buf = whole.slice(pos, size)
+        pos += columnar.padded(size)
+        return buf
+
+    out: dict[str, pa.Array] = {}
+    for name, nullable in spec:
+        wire = columnar.wire_type(kind.field(name))
+        typ = _WIRE_ARROW[wire]
+        validity = take(name, bits) if nullable else None
+        if wire in columnar.WIDTH:
+            arr = pa.Array.from_buffers(typ, rows, [validity, take(name, rows * columnar.WIDTH[wire])])
+        elif wire == "bool":
+            arr = pa.Array.from_buffers(typ, rows, [validity, take(name, bits)])
+        else:
+            first_at, last_at = pos, pos + 4 * rows
+            offsets = take(name, 4 * (rows + 1))
+            if value[first_at : first_at + 4] != b"\0\0\0\0":
+                raise _BadBuffers(f"column {name!r}: its offsets do not start at 0")
+            last = int.from_bytes(value[last_at : last_at + 4], "little", signed=True)
+            item = 1 if wire == "utf8" else 4
+            data = take(name, last * item)
+            if wire == "utf8":
+                arr = pa.Array.from_buffers(typ, rows, [validity, offsets, data])
+            else:
+                values = pa.Array.from_buffers(pa.int32(), last, [None, data])
+                arr = pa.Array.from_buffers(typ, rows, [validity, offsets], children=[values])
+            try:
+                arr.validate(full=True)
+            except pa.ArrowInvalid as e:
+                raise _BadBuffers(f"column {name!r}: {e}") from None
+        out[name] = arr
+    if pos < len(value):  # the last buffer's padding may be left out
+        raise _BadBuffers(f"{len(value) - pos} bytes after the last column's buffers")
+    return out
 
 
 def _inferred_ok(field_type: str, t: pa.DataType) -> bool:
@@ -248,10 +394,14 @@ def _inferred_ok(field_type: str, t: pa.DataType) -> bool:
     return pa.types.is_list(t) and _inferred_ok("int", t.value_type)  # int_list
 
 
-def _field_array(f: Field, values: list, typ: pa.DataType) -> pa.Array:
-    """One field's values across envelopes as a strictly typed Arrow array; raises ValueError(bad_type)."""
+def _field_array(f: Field, values: list | pa.Array, typ: pa.DataType) -> pa.Array:
+    """One field's values across envelopes as a strictly typed Arrow array; raises ValueError(bad_type).
+    `values` are JSON's (version 1), or already Arrow of the field's wire type (version 2)."""
+    if isinstance(values, pa.Array) and f.type == "float" and values.null_count < len(values):
+        if not pc.all(pc.is_finite(values)).as_py():  # JSON cannot say NaN: version 1 never gets here
+            raise ValueError(f"non_finite: {f.name} has NaN or an infinity: leave the value out (a 0 bit)")
     try:
-        arr = pa.array(values)
+        arr = values if isinstance(values, pa.Array) else pa.array(values)
         if not _inferred_ok(f.type, arr.type):
             raise ValueError(f"bad_type: field {f.name!r} ({f.type}) holds {arr.type} values")
         arr = arr.cast(typ)
@@ -342,8 +492,24 @@ def _per_row(values: list, typ: pa.DataType, rows: np.ndarray) -> pa.Array:
     return pa.array(values, typ).take(np.repeat(np.arange(len(values)), rows))
 
 
+def _gathered(f: Field, envs: list[Envelope]) -> list | pa.Array:
+    """One field's values across envelopes of one version, absent where an envelope lacks the field."""
+    if envs[0].version == columnar.VERSION:
+        wire = _WIRE_ARROW[columnar.wire_type(f)]
+        arrays = [e.columns.get(f.name) for e in envs]
+        return pa.concat_arrays(
+            [a if a is not None else pa.nulls(e.rows, wire) for a, e in zip(arrays, envs, strict=True)]
+        )
+    values: list = []
+    for e in envs:
+        col = e.columns.get(f.name)
+        values.extend(col if col is not None else [[] if f.type == "int_list" else None] * e.rows)
+    return values
+
+
 def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> pa.Table:
-    """All envelopes of one kind → one Arrow table in raw-table column order; raises ValueError."""
+    """All envelopes of one kind and version → one Arrow table in raw-table column order; raises
+    ValueError."""
     rows = np.fromiter((e.rows for e in envs), np.int64, len(envs))
     sent = np.fromiter((e.sent_ms for e in envs), np.int64, len(envs))
     lo, hi = now_ms - limits.max_past_ms, now_ms + limits.max_future_ms
@@ -358,11 +524,7 @@ def _convert(kind: Kind, envs: list[Envelope], now_ms: int, limits: Limits) -> p
     }
     for f in kind.fields:
         typ = arrow_type(f)
-        values: list = []
-        for e in envs:
-            col = e.columns.get(f.name)
-            values.extend(col if col is not None else [[] if f.type == "int_list" else None] * e.rows)
-        arr = _field_array(f, values, pa.int64() if f.name == "ts_ms" else typ)
+        arr = _field_array(f, _gathered(f, envs), pa.int64() if f.name == "ts_ms" else typ)
         problem = _check_array(f, arr, now_ms, limits)
         if problem:
             raise ValueError(f"out_of_range: {problem}")
@@ -378,25 +540,23 @@ def to_tables(
     envs: Iterable[Envelope], now_ms: int, limits: Limits
 ) -> tuple[dict[str, pa.Table], list[tuple[Envelope, Rejected]]]:
     """Converts decoded envelopes to one table per kind; returns (tables, rejected envelopes)."""
-    by_kind: dict[str, list[Envelope]] = {}
+    groups: dict[tuple[str, int], list[Envelope]] = {}
     for e in envs:
-        by_kind.setdefault(e.kind, []).append(e)
-    tables: dict[str, pa.Table] = {}
+        groups.setdefault((e.kind, e.version), []).append(e)
+    converted: dict[str, list[pa.Table]] = {}
     rejected: list[tuple[Envelope, Rejected]] = []
-    for name, group in by_kind.items():
+    for (name, _version), group in groups.items():
         kind = KINDS[name]
         try:
-            tables[name] = _convert(kind, group, now_ms, limits)
+            converted.setdefault(name, []).append(_convert(kind, group, now_ms, limits))
             continue
         except ValueError:
             pass  # somewhere in the group: find it message by message
-        good: list[pa.Table] = []
         for e in group:
             try:
-                good.append(_convert(kind, [e], now_ms, limits))
+                converted[name].append(_convert(kind, [e], now_ms, limits))
             except ValueError as ex:
                 reason, _, detail = str(ex).partition(": ")
                 rejected.append((e, Rejected(reason, detail)))
-        if good:
-            tables[name] = pa.concat_tables(good)
+    tables = {name: pa.concat_tables(ts) for name, ts in converted.items() if ts}
     return tables, rejected

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from contracts.envelope import encode_batch
-from contracts.schema import topic_for
+from contracts.schema import SCHEMA_VERSION, topic_for
 from goodput.sim.cluster import CODES, SimResult
 from goodput.sim.signals import ROCE_ONLY, SignalState, gpu_columns, nic_columns, storage_columns
 
@@ -30,9 +30,13 @@ def _rows_by_time(arr: np.ndarray) -> np.ndarray:
 
 
 def messages(
-    res: SimResult, progress: Callable[[int, int], None] | None = None, topic_prefix: str = "goodput"
+    res: SimResult,
+    progress: Callable[[int, int], None] | None = None,
+    topic_prefix: str = "goodput",
+    version: int = SCHEMA_VERSION,
 ) -> Iterator[tuple[str, bytes, bytes]]:
-    """Yields (topic, key, value) for every batch of the run, in time order."""
+    """Yields (topic, key, value) for every batch of the run, in time order, as envelopes of message
+    schema `version` (1: JSON, 2: columnar binary)."""
     cfg, config = res.cfg, res.config
     st = SignalState(res)
     seq: dict[tuple[str, str], int] = defaultdict(int)
@@ -56,6 +60,7 @@ def messages(
             sent_ms=cfg.start_ms + t1 * 1000,
             columns=columns,
             agent=AGENT,
+            version=version,
         )
         seq[key] += 1
         return topic_for(kind, topic_prefix), node.encode(), value

@@ -25,6 +25,7 @@ import orjson
 
 from contracts.schema import KINDS, topic_for
 from tests.collectors.trees import write_typical_node
+from tests.messages import envelope_dict
 from transport.kafka import KafkaConsumerTransport, ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,7 +220,7 @@ storage = {interval_s}
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 for rec in consumer.poll(max_records=2000, timeout_s=0.5):
-                    out[rec.topic.rsplit(".", 1)[1]].append(orjson.loads(rec.value))
+                    out[rec.topic.rsplit(".", 1)[1]].append(envelope_dict(rec.value))
                 if all(max((e["seq"] for e in out[k]), default=-1) >= want[k] - 1 for k in kinds):
                     break
         finally:

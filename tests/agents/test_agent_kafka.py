@@ -20,8 +20,10 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def node(tmp_path, kafka_broker):
-    n = FixtureNode(tmp_path, kafka_broker.bootstrap)
+def node(tmp_path, kafka_broker, request):
+    """The agent's node; parametrized indirectly by the message schema version it sends (default 1)."""
+    version = getattr(request, "param", 1)
+    n = FixtureNode(tmp_path, kafka_broker.bootstrap, extra_agent=f"message_version = {version}")
     yield n
     if n.proc is not None:
         n.stop(signal.SIGKILL)
@@ -34,7 +36,9 @@ def _caught_up(node: FixtureNode) -> bool:
     return node.metric("goodput_agent_spool_batches") <= 6
 
 
-def test_batches_follow_the_schema_and_arrive_in_seq_order(node):
+@pytest.mark.parametrize("node", [1, 2], indirect=True, ids=["json", "columnar"])
+def test_batches_follow_the_schema_and_arrive_in_seq_order(node, request):
+    version = request.node.callspec.params["node"]
     node.start()
     node.wait_for(lambda: all(node.next_seqs()[k] >= 6 for k in NODE_KINDS), 30, "six ticks of each kind")
     assert node.stop() == 0
@@ -50,8 +54,9 @@ def test_batches_follow_the_schema_and_arrive_in_seq_order(node):
         got = stream[kind]
         assert seqs(got) == list(range(node.next_seqs()[kind])), kind
         for env in got:
-            decoded = decode(orjson.dumps(env), limits, kind)
+            decoded = decode(env["_raw"], limits, kind)
             assert isinstance(decoded, Envelope), (kind, decoded)
+            assert decoded.version == env["schema_version"] == version
             assert env["node"] == NODE and env["agent"].startswith("goodput-agent/")
     gpu = stream["gpu"][-1]["columns"]
     assert gpu["gpu"] == list(range(8)) and len(set(gpu["uuid"])) == 8

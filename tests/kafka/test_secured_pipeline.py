@@ -45,6 +45,7 @@ class Deployment:
             broker.sasl_ssl_bootstrap,
             kafka=broker.settings(group_id=self.group, bootstrap_timeout_ms=5000),
             env=broker.env("agent", agent_password),
+            extra_agent="message_version = 2",  # the columnar envelope, end to end through the loader
             extra_tables=(
                 f'[loader]\nmetrics_address = "127.0.0.1:{self.loader_port}"\n'
                 f'flush_interval_s = 0.3\nretry_backoff_max_s = 1.0\n[store]\npath = "{self.store}"\n'

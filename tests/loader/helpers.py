@@ -155,8 +155,11 @@ def columns(kind: str, rows: int, seq: int, node: str = NODES[0]) -> dict[str, l
     raise KeyError(kind)
 
 
-def batch(kind: str, node: str, seq: int, rows: int = 8, *, cluster: str = CLUSTER, **over) -> bytes:
+def batch(
+    kind: str, node: str, seq: int, rows: int = 8, *, cluster: str = CLUSTER, version: int = 1, **over
+) -> bytes:
     return encode_batch(
+        version=version,
         kind=kind,
         cluster=cluster,
         node=node,
@@ -171,13 +174,14 @@ def good_stream(
     seqs: range, rows: int = 8, nodes: tuple[str, ...] = NODES[:4]
 ) -> list[tuple[str, str, bytes, int]]:
     """(kind, node, envelope, rows) for every kind: node batches from each of `nodes`, job events from
-    the scheduler host; seq numbers from `seqs` per (node, kind)."""
+    the scheduler host; seq numbers from `seqs` per (node, kind). Odd seqs are sent as columnar
+    envelopes (version 2), even ones as JSON: a loader meets both in one poll."""
     out = []
     for seq in seqs:
         for kind in KINDS:
             senders = (SCHEDULER,) if kind == "job" else nodes
             for node in senders:
-                out.append((kind, node, batch(kind, node, seq, rows), rows))
+                out.append((kind, node, batch(kind, node, seq, rows, version=1 + seq % 2), rows))
     return out
 
 

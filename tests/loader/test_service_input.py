@@ -6,7 +6,6 @@ One service run (module fixture) serves every test here: two cores are shared wi
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -29,6 +28,7 @@ from tests.loader.helpers import (
     scrape,
     write_config,
 )
+from tests.messages import envelope_dict
 
 pytestmark = pytest.mark.kafka
 
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.kafka
 def malformed() -> list[tuple[str, str, str, bytes]]:
     """(case, topic kind, expected dead-letter reason, message value): the bad-input corpus."""
     now = int(time.time() * 1000) - 60_000
-    return [(c["name"], c["topic"], c["reason"], message(c["name"], now)) for c in CASES]
+    return [(c["what"], c["topic"], c["reason"], message(c["name"], now)) for c in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +158,6 @@ def test_metrics_name_every_catalog_series_and_count_by_reason(run):
 
 
 def test_still_consuming_after_bad_input(run):
-    later_nodes_seqs = {(node, kind, json.loads(v)["seq"]) for kind, node, v, _ in run["later"]}
+    later_nodes_seqs = {(node, kind, envelope_dict(v)["seq"]) for kind, node, v, _ in run["later"]}
     assert later_nodes_seqs <= set(ledger_keys(run["store"]))
     assert not run["service"].loader.totals.redelivered

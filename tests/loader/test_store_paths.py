@@ -137,7 +137,7 @@ def test_reading_a_store_that_does_not_exist_makes_none(work, command):
 )
 def test_ingest_from_what_is_not_a_file_opens_no_store(work, source, words):
     p = goodput("ingest", "--from", source, "--store", "store", cwd=work)
-    assert_one_line_exit_2(p, f"--from {source}", words, "one JSON envelope per line")
+    assert_one_line_exit_2(p, f"--from {source}", words, "one envelope per line")
     assert not (work / "store").exists()
 
 

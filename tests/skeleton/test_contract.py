@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.envelope import encode_batch
+from contracts.envelope import VERSIONS, encode_batch
 from contracts.schema import KINDS
 from pipeline import docgen
 from pipeline.chdb_store import ChdbStore
@@ -44,10 +44,14 @@ def test_every_kind_has_a_documented_example_that_validates():
         assert not rejected and tables[doc["kind"]].num_rows == len(next(iter(doc["columns"].values())))
 
 
-def test_encode_decode_round_trip_keeps_values_and_absence():
+@pytest.mark.parametrize("version", VERSIONS)
+def test_encode_decode_round_trip_keeps_values_and_absence(version):
     cols = {"ts_ms": [NOW, NOW], "gpu": [0, 1], "uuid": ["GPU-a", "GPU-b"], "power_w": [500.5, None]}
-    raw = encode_batch(kind="gpu", cluster="c", node="n1", seq=7, sent_ms=NOW, columns=cols, agent="t")
+    raw = encode_batch(
+        kind="gpu", cluster="c", node="n1", seq=7, sent_ms=NOW, columns=cols, agent="t", version=version
+    )
     env = decode(raw, OPEN, "gpu")
+    assert env.version == version
     assert (env.cluster, env.node, env.seq, env.rows) == ("c", "n1", 7, 2)
     table = to_tables([env], NOW, OPEN)[0]["gpu"]
     assert table.column("power_w").to_pylist() == [500.5, None]
@@ -68,6 +72,45 @@ def test_encoder_refuses_what_the_loader_would_reject():
             columns={"ts_ms": [1, 2], "gpu": [0]},
             agent="t",
         )
+
+
+@pytest.mark.parametrize(
+    ("field", "values", "problem"),
+    [
+        ("gpu", [0.5], "cannot be encoded"),
+        ("power_w", [True], "holds a bool"),
+        ("gpu", ["0"], "cannot be encoded"),
+        ("uuid", [7], "cannot be encoded"),
+        ("power_w", [1e39], "beyond the range"),
+        ("lost", [1], "non-bool"),
+    ],
+)
+def test_the_columnar_encoder_refuses_a_value_its_field_cannot_hold(field, values, problem):
+    cols = {"ts_ms": [NOW], "gpu": [0], "uuid": ["GPU-a"], field: values}
+    with pytest.raises(ValueError, match=problem) as e:
+        encode_batch(
+            kind="gpu", cluster="c", node="n", seq=0, sent_ms=NOW, columns=cols, agent="t", version=2
+        )
+    assert field in str(e.value)
+
+
+def test_the_columnar_encoder_takes_what_json_takes_for_an_int():
+    """3.0 is 3 in an int field in both versions; NaN is absent, as orjson writes numpy's NaN as null."""
+    cols = {"ts_ms": [NOW, NOW], "gpu": [0.0, 1.0], "uuid": ["GPU-a", "GPU-b"], "xid": [float("nan"), 79.0]}
+    envs = [
+        decode(
+            encode_batch(
+                kind="gpu", cluster="c", node="n", seq=v, sent_ms=NOW, columns=cols, agent="t", version=v
+            ),
+            OPEN,
+            "gpu",
+        )
+        for v in VERSIONS
+    ]
+    tables, rejected = to_tables(envs, NOW, OPEN)
+    assert not rejected
+    assert tables["gpu"].column("gpu").to_pylist() == [0, 1, 0, 1]
+    assert tables["gpu"].column("xid").to_pylist() == [None, 79, None, 79]
 
 
 def _env(**over):
