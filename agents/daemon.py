@@ -19,15 +19,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import orjson
-
 from agents.metrics import AgentMetrics
 from agents.sender import KafkaProducerLike, SpoolSender
 from agents.seqstate import SeqState
 from agents.spool import Spool
 from collectors.base import Collector, Row
 from contracts.config import AgentConfig, parse_address
-from contracts.envelope import encode_batch
+from contracts.envelope import encode_batch, envelope_keys
 from contracts.schema import KINDS, topic_for
 
 log = logging.getLogger(__name__)
@@ -95,9 +93,8 @@ class Agent:
     def _raise_seqs_from_spool(self) -> None:
         highest: dict[str, int] = {}
         for e in self.spool.replay():
-            try:
-                env = orjson.loads(e.value)
-            except orjson.JSONDecodeError:
+            env = envelope_keys(e.value)  # either message version: the spool may hold both
+            if env is None:
                 continue
             if env.get("node") == self.cfg.node and env.get("kind") in KINDS:
                 highest[env["kind"]] = max(highest.get(env["kind"], -1), int(env.get("seq", -1)))

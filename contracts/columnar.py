@@ -53,6 +53,25 @@ WIDTH = {"int64": 8, "float32": 4, "float64": 8}
 """Bytes per value of the fixed-width wire types."""
 
 
+def header_end(value: bytes) -> int:
+    """Where a columnar message's header ends (it starts at HEADER.size); raises ValueError when the
+    preamble is cut short or the header's length runs past the message."""
+    if len(value) < HEADER.size:
+        raise ValueError(f"{len(value)} bytes: shorter than the {HEADER.size}-byte preamble")
+    _, n = HEADER.unpack_from(value)
+    if HEADER.size + n > len(value):
+        raise ValueError(f"the header's length {n} runs past the message's end")
+    return HEADER.size + n
+
+
+def header(value: bytes) -> dict:
+    """A columnar message's header; raises ValueError when the preamble or the JSON is broken."""
+    doc = orjson.loads(value[HEADER.size : header_end(value)])
+    if not isinstance(doc, dict):
+        raise ValueError(f"the header is a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
 def wire_type(f: Field) -> WireType:
     """The one way a field travels in version 2: its stored column's width (a float stored as Float32
     travels as float32, losing nothing the store keeps)."""

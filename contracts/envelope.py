@@ -83,6 +83,18 @@ def encode_batch(
     return orjson.dumps(envelope, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def envelope_keys(value: bytes) -> dict | None:
+    """The envelope's keys without its columns (kind, node, seq, ...), whichever version `value` is in;
+    None when it is neither. Cheap for a columnar message: only its header is parsed."""
+    try:
+        if value.startswith(columnar.MAGIC):
+            return columnar.header(value)
+        doc = orjson.loads(value)
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 LINE_PREFIX = columnar.MAGIC + b":"
 """A messages file (`goodput simulate --out`, `goodput ingest --from`, `dead-letters --export`) holds one
 message per line: a JSON envelope as it is, a columnar one as this prefix and the message in base64."""

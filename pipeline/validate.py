@@ -285,12 +285,10 @@ class _BadBuffers(Exception):
 def _decode_columnar(value: bytes, limits: Limits, expected_kind: str | None) -> Envelope | Rejected:
     """A version 2 envelope (contracts.columnar): its header checked as a JSON envelope's, then each
     column's buffers wrapped as an Arrow array, without a copy or a Python object per value."""
-    if len(value) < columnar.HEADER.size:
-        return Rejected("bad_buffers", f"{len(value)} bytes: shorter than the 8-byte preamble")
-    _, header_len = columnar.HEADER.unpack_from(value)
-    end = columnar.HEADER.size + header_len
-    if end > len(value):
-        return Rejected("bad_buffers", f"the header's length {header_len} runs past the message's end")
+    try:
+        end = columnar.header_end(value)
+    except ValueError as e:
+        return Rejected("bad_buffers", str(e))
     header = value[columnar.HEADER.size : end]
     try:
         doc = orjson.loads(header)

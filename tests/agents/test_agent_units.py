@@ -426,6 +426,39 @@ def test_a_full_spool_drops_the_oldest_and_counts_it_while_kafka_is_unreachable(
         agent.spool.close()
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_lost_seq_state_restarts_above_what_the_spool_still_holds(tmp_path, version):
+    """seq.json and its ceiling gone (a state directory restored from an old copy, say): the agent
+    reads the highest seq per kind from the spooled batches, in either message version, so it never
+    sends a seq again that the loader would refuse as a duplicate."""
+    from agents.daemon import Agent
+
+    def no_broker():
+        raise TransportError("no broker answers")
+
+    cfg = parse_agent(
+        {"state_dir": str(tmp_path), "metrics_address": "", "message_version": version}, env={}, node="n1"
+    )
+
+    def agent() -> Agent:
+        return Agent(
+            cfg, cluster="c", topic_prefix="goodput", collectors=[SteadyGpus()], make_producer=no_broker
+        )
+
+    first = agent()
+    for t in range(5):
+        first.tick("gpu", 1_700_000_000_000 + 1000 * t)
+    first.spool.close()
+    for state in tmp_path.glob("seq*.json"):
+        state.unlink()
+    second = agent()
+    try:
+        assert second.seqs.reserve("gpu") == 5
+        assert second.seqs.reserve("nic") == 0
+    finally:
+        second.spool.close()
+
+
 def test_outage_log_warns_once_reminds_rarely_and_says_when_it_ended(caplog):
     from agents.outage import OutageLog
 
