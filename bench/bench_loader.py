@@ -1,12 +1,13 @@
 """Loader throughput from a real Kafka broker into chDB, per core, and what bounds it.
 
 Workload: the simulated cluster's own messages (goodput/sim: one GPU, NIC and storage batch per node per
-60 s, job and step events), produced once into fresh topics of a real broker (zstd, as agents send).
+60 s, job and step events), the same batches in each message schema version (1: JSON, 2: columnar
+binary; --versions), each produced once into fresh topics of a real broker (zstd, as agents send).
 Then this one process consumes them as the loader service does (KafkaConsumerTransport polls, batches of
 [loader].flush_records, Loader.load, commit) into a fresh chDB store and times each phase:
 
   fetch            KafkaConsumerTransport.poll: kafka-python's network, zstd and record parsing
-  decode/validate  Loader.load's decode_s: orjson, seq dedup, pipeline.validate → Arrow
+  decode/validate  Loader.load's decode_s: parse, seq dedup, pipeline.validate → Arrow
   insert           Loader.load's insert_s: chDB inserts (raw tables, ledger)
   commit           offset commits
 
@@ -15,11 +16,12 @@ thread and chDB's background merges too), so a phase that runs on other threads 
 Then `goodput ingest`'s own loop (LoaderService, --until-caught-up) consumes the same topics in a new
 group into another store, end to end.
 
-Last, decode/validate alone on the same records, with the cycle collector on and paused (as the loader
-runs it), and, with --baseline REV, pipeline/validate.py as it was at REV, loaded from git.
+Then each phase alone on the same records, best of 3; last, the versions side by side, each figure's
+ratio against the first version, measured in the same process. With --baseline REV, decode/validate of
+the first version's records by pipeline/validate.py as it was at REV, loaded from git.
 
 Run:  .venv/bin/python bench/bench_loader.py [--gpus 128] [--hours 0.5] [--bootstrap HOST:PORT]
-      [--baseline REV]
+      [--versions 1,2] [--baseline REV] [--json out.json]
 Needs the Kafka jars (bash .ci/install.d/kafka.sh) unless --bootstrap names a running broker.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import shutil
 import socket
 import subprocess
@@ -36,6 +39,7 @@ import time
 import uuid
 from pathlib import Path
 
+import zstandard
 from msgspec.structs import replace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,11 +86,12 @@ def start_broker(workdir: Path):
     return broker
 
 
-def workload(gpus: int, hours: float):
+def workload(gpus: int, hours: float, versions: tuple[int, ...]):
+    """The simulated cluster's batches, the same run encoded in each message schema version."""
     cfg = scaled_config(config_mod.load(), gpus)
     start_ms = (int(time.time()) // 60) * 60_000 - int(hours * 3_600_000)
     res = simulate(SimConfig.from_config(cfg, hours=hours, seed=1, start_ms=start_ms), cfg)
-    return cfg, list(messages(res))
+    return cfg, {v: list(messages(res, version=v)) for v in versions}
 
 
 def produce(bootstrap: str, prefix: str, msgs) -> float:
@@ -234,56 +239,47 @@ def insert_only(records, cfg, prefix: str, workdir: Path) -> float:
         return time.process_time() - t
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpus", type=int, default=128)
-    ap.add_argument("--hours", type=float, default=0.5)
-    ap.add_argument("--bootstrap", help="a running broker (default: start one from the cached jars)")
-    ap.add_argument(
-        "--baseline",
-        help="a git revision whose pipeline/validate.py to compare decode/validate with; it must import "
-        "against today's tree (the walking skeleton's, 43ffd1d, no longer does: it read collectors.schema)",
-    )
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        broker = None if args.bootstrap else start_broker(tmp / "kafka")
-        bootstrap = args.bootstrap or broker.bootstrap
-        try:
-            scaled, msgs = workload(args.gpus, args.hours)
-            prefix = f"bench{uuid.uuid4().hex[:6]}"
-            mb = sum(len(v) for *_, v in msgs) / 1e6
-            produced_s = produce(bootstrap, prefix, msgs)
-            print(
-                f"workload: {args.gpus} simulated GPUs x {args.hours:g} h = {len(msgs):,} batches, "
-                f"{mb:,.1f} MB of JSON, produced to 4-partition topics in {produced_s:.1f} s"
-            )
-            with ChdbStore(tmp / "store") as store:
-                ddl.migrate(store)
-                r = consume_and_load(bootstrap, prefix, scaled, store, len(msgs))
-            with ChdbStore(tmp / "store-svc") as store:
-                ddl.migrate(store)
-                s = service_end_to_end(bootstrap, prefix, scaled, store)
-            fetches = [fetch_all(bootstrap, prefix, len(msgs)) for _ in range(3)]
-            records = fetches[0][0]
-            fetch_cpu = min(cpu for _, cpu in fetches)
-            del fetches
-            insert_cpu = min(insert_only(records, scaled, prefix, tmp / f"store-insert{i}") for i in range(3))
-        finally:
-            if broker is not None:
-                broker.stop()
-    rows = r["rows"]
-    from kafka.record import util as kafka_record_util
+def measure(bootstrap: str, scaled, msgs: list, tmp: Path) -> dict:
+    """Every measurement of one version's records: the loop, the service, and each phase alone."""
+    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    produced_s = produce(bootstrap, prefix, msgs)
+    with ChdbStore(tmp / f"{prefix}-store") as store:
+        ddl.migrate(store)
+        loop = consume_and_load(bootstrap, prefix, scaled, store, len(msgs))
+    with ChdbStore(tmp / f"{prefix}-svc") as store:
+        ddl.migrate(store)
+        service = service_end_to_end(bootstrap, prefix, scaled, store)
+    fetches = [fetch_all(bootstrap, prefix, len(msgs)) for _ in range(3)]
+    records = fetches[0][0]
+    limits = limits_from_config(scaled)
+    decode_on, _ = decode_only(validate, records, limits, prefix, paused=False)
+    decode_paused, _ = decode_only(validate, records, limits, prefix, paused=True)
+    return {
+        "bytes": sum(len(v) for *_, v in msgs),
+        "zstd_bytes": sum(len(zstandard.ZstdCompressor().compress(v)) for *_, v in msgs),
+        "produced_s": produced_s,
+        "loop": loop,
+        "service": service,
+        "fetch_cpu": min(cpu for _, cpu in fetches),
+        "decode_cpu": decode_paused,
+        "decode_cpu_collector_on": decode_on,
+        "insert_cpu": min(
+            insert_only(records, scaled, prefix, tmp / f"{prefix}-insert{i}") for i in range(3)
+        ),
+        "records": records,
+        "prefix": prefix,
+    }
 
-    crc = (
-        "C (crc32c package)"
-        if kafka_record_util._crc32c is not kafka_record_util.crc32c_py
-        else "pure Python (the crc32c package is not installed)"
-    )
+
+def report(version: int, m: dict) -> None:
+    r, s = m["loop"], m["service"]
+    rows = r["rows"]
     print(
-        f"\nKafka → chDB, one process: {rows:,} rows in {r['records']:,} records, {r['dead']} dead letters; "
-        f"kafka-python checks record CRC32C in {crc}\n"
+        f"\n=== message schema version {version} ({'JSON' if version == 1 else 'columnar binary'}): "
+        f"{len(m['records']):,} records, {m['bytes'] / 1e6:,.1f} MB ({m['zstd_bytes'] / 1e6:,.1f} MB as "
+        f"zstd per message), {m['bytes'] / rows:.0f} B/row; produced in {m['produced_s']:.1f} s"
     )
+    print(f"Kafka → chDB, one process: {rows:,} rows, {r['dead']} dead letters\n")
     print(f"{'phase':18} {'seconds':>8} {'share':>6} {'rows/s in phase':>16}")
     phases = {
         "fetch": r["fetch"],
@@ -307,28 +303,107 @@ def main() -> None:
         f"lag check): {s['rows']:,} rows, {s['rows'] / s['wall']:,.0f} rows/s wall, "
         f"{s['rows'] / s['cpu']:,.0f} rows/CPU-s"
     )
-
-    limits = limits_from_config(scaled)
-    after, n1 = decode_only(validate, records, limits, prefix, paused=False)
-    paused, n2 = decode_only(validate, records, limits, prefix, paused=True)
     print("\nEach phase alone on the same records, best of 3, process CPU s (what one core does per phase):")
     print(f"{'phase':18} {'CPU s':>7} {'share':>6} {'rows/CPU-s':>12}")
-    alone = {"fetch": fetch_cpu, "decode/validate": paused, "insert": insert_cpu}
+    alone = {"fetch": m["fetch_cpu"], "decode/validate": m["decode_cpu"], "insert": m["insert_cpu"]}
     for name, sec in alone.items():
         print(f"{name:18} {sec:7.2f} {sec / sum(alone.values()):6.1%} {rows / sec:12,.0f}")
     print(f"{'all three':18} {sum(alone.values()):7.2f} {'':6} {rows / sum(alone.values()):12,.0f}")
+    print(
+        f"{'fetch + decode':18} {m['fetch_cpu'] + m['decode_cpu']:7.2f} {'':6} "
+        f"{rows / (m['fetch_cpu'] + m['decode_cpu']):12,.0f}  (a loader core's own work with a server store)"
+    )
 
-    validators = [
-        ("today's, cycle collector on", after, n1),
-        ("today's, cycle collector paused (the loader)", paused, n2),
-    ]
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", type=int, default=128)
+    ap.add_argument("--hours", type=float, default=0.5)
+    ap.add_argument("--bootstrap", help="a running broker (default: start one from the cached jars)")
+    ap.add_argument(
+        "--versions",
+        default="1,2",
+        help="message schema versions to measure, the first the baseline of the ratios (default 1,2)",
+    )
+    ap.add_argument(
+        "--baseline",
+        help="a git revision whose pipeline/validate.py to compare decode/validate with (on the first "
+        "version's records); it must import against today's tree (the walking skeleton's, 43ffd1d, no "
+        "longer does: it read collectors.schema)",
+    )
+    ap.add_argument("--json", help="write the figures to this file")
+    args = ap.parse_args()
+    versions = tuple(int(v) for v in args.versions.split(","))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        broker = None if args.bootstrap else start_broker(tmp / "kafka")
+        bootstrap = args.bootstrap or broker.bootstrap
+        try:
+            scaled, by_version = workload(args.gpus, args.hours, versions)
+            print(
+                f"workload: {args.gpus} simulated GPUs x {args.hours:g} h, the same batches in each of "
+                f"versions {versions}"
+            )
+            results = {v: measure(bootstrap, scaled, by_version[v], tmp) for v in versions}
+        finally:
+            if broker is not None:
+                broker.stop()
+    from kafka.record import util as kafka_record_util
+
+    crc = (
+        "C (crc32c package)"
+        if kafka_record_util._crc32c is not kafka_record_util.crc32c_py
+        else "pure Python (the crc32c package is not installed)"
+    )
+    print(f"kafka-python checks record CRC32C in {crc}")
+    for v, m in results.items():
+        report(v, m)
+
+    base = results[versions[0]]
+    rows = base["loop"]["rows"]
+    print(f"\nVersions side by side (rows per CPU-s; ratio against version {versions[0]}):")
+    figures = {
+        "decode/validate alone": lambda m: rows / m["decode_cpu"],
+        "fetch + decode/validate alone": lambda m: rows / (m["fetch_cpu"] + m["decode_cpu"]),
+        "fetch + decode + insert alone": lambda m: (
+            rows / (m["fetch_cpu"] + m["decode_cpu"] + m["insert_cpu"])
+        ),
+        "the bench's loop, end to end": lambda m: rows / m["loop"]["cpu"],
+        "LoaderService, end to end": lambda m: m["service"]["rows"] / m["service"]["cpu"],
+    }
+    print(f"{'':32}" + "".join(f"{'v' + str(v):>12}{'ratio':>7}" for v in versions))
+    for name, f in figures.items():
+        print(f"{name:32}" + "".join(f"{f(m):12,.0f}{f(m) / f(base):6.2f}x" for m in results.values()))
+    assert all(m["loop"]["rows"] == rows for m in results.values()), "the versions stored different rows"
+
     if args.baseline:
-        before, n0 = decode_only(load_baseline(args.baseline), records, limits, prefix, paused=False)
-        validators.insert(0, (f"{args.baseline}, cycle collector on", before, n0))
-    print(f"\ndecode/validate alone, same {len(records):,} records, best of 3 (CPU s):")
-    print(f"{'validator':44} {'CPU s':>7} {'rows/s':>12} {'vs first':>9}")
-    for name, sec, n in validators:
-        print(f"{name:44} {sec:7.2f} {n / sec:12,.0f} {validators[0][1] / sec:8.2f}x")
+        limits = limits_from_config(scaled)
+        before, n0 = decode_only(
+            load_baseline(args.baseline), base["records"], limits, base["prefix"], paused=False
+        )
+        print(
+            f"\ndecode/validate of version {versions[0]}'s records by {args.baseline}'s validator, cycle "
+            f"collector on: {n0 / before:,.0f} rows/CPU-s; today's: "
+            f"{rows / base['decode_cpu_collector_on']:,.0f} (collector on), "
+            f"{rows / base['decode_cpu']:,.0f} (paused, as the loader runs it)"
+        )
+    if args.json:
+        out = {
+            "gpus": args.gpus,
+            "hours": args.hours,
+            "rows": rows,
+            "versions": {
+                str(v): {
+                    "bytes": m["bytes"],
+                    "zstd_bytes": m["zstd_bytes"],
+                    **{name: f(m) for name, f in figures.items()},
+                    "loop": m["loop"],
+                    "service": m["service"],
+                }
+                for v, m in results.items()
+            },
+        }
+        Path(args.json).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -645,7 +645,7 @@ class AgentConfig(Table, frozen=True):
     log_format: Literal["json", "text"] = "json"
     message_version: Literal[1, 2] = 1
     """Message schema version the agent sends (docs/messages.md): 1, JSON envelopes; 2, the columnar
-    binary ones, the same fields about 4x cheaper for the loader to decode (docs/loader.md). Upgrade
+    binary ones, the same fields about 3x cheaper for the loader to decode (docs/loader.md). Upgrade
     the loaders first: a loader without version 2 dead-letters such messages (`not_json`)."""
 
     def __post_init__(self) -> None:
