@@ -144,19 +144,11 @@ def _zero(f: Field) -> Any:
 
 
 def encode(
-    *,
-    kind: str,
-    cluster: str,
-    node: str,
-    seq: int,
-    sent_ms: int,
-    agent: str,
-    fields: Mapping[str, Field],
-    columns: Mapping[str, list],
-    rows: int,
+    envelope: Mapping[str, Any], fields: Mapping[str, Field], columns: Mapping[str, list], rows: int
 ) -> bytes:
-    """One version 2 envelope. `columns` are lists of one length `rows` (contracts.envelope checks the
-    names and lengths), `fields` the schema's field of each."""
+    """One version 2 envelope. `envelope` holds the keys both versions share (kind, cluster, node, seq,
+    sent_ms, agent); `columns` are lists of one length `rows` (contracts.envelope checks the names and
+    lengths), `fields` the schema's field of each."""
     spec: list[list] = []
     body: list[bytes] = []
     for name, vals in columns.items():
@@ -169,18 +161,6 @@ def encode(
             body.append(_pad(_bitmap(present)))
         body.append(_values(f, wire_type(f), vals))
         spec.append([name, int(nullable)])
-    header = orjson.dumps(
-        {
-            "schema_version": VERSION,
-            "kind": kind,
-            "cluster": cluster,
-            "node": node,
-            "seq": int(seq),
-            "sent_ms": int(sent_ms),
-            "agent": agent,
-            "rows": rows,
-            "columns": spec,
-        }
-    )
+    header = orjson.dumps({"schema_version": VERSION, **envelope, "rows": rows, "columns": spec})
     head = HEADER.pack(MAGIC, len(header)) + header
     return _pad(head) + b"".join(body)

@@ -58,28 +58,22 @@ def encode_batch(
     lengths = {len(v) for v in cols.values()}
     if len(lengths) > 1:
         raise ValueError(f"{kind} batch columns differ in length: {sorted(lengths)}")
-    if version == columnar.VERSION:
-        return columnar.encode(
-            kind=kind,
-            cluster=cluster,
-            node=node,
-            seq=seq,
-            sent_ms=sent_ms,
-            agent=agent,
-            fields={f.name: f for f in spec.fields},
-            columns={name: v.tolist() if hasattr(v, "tolist") else v for name, v in cols.items()},
-            rows=lengths.pop() if lengths else 0,
-        )
-    envelope = {
-        "schema_version": SCHEMA_VERSION,
+    keys = {
         "kind": kind,
         "cluster": cluster,
         "node": node,
         "seq": int(seq),
         "sent_ms": int(sent_ms),
         "agent": agent,
-        "columns": cols,
     }
+    if version == columnar.VERSION:
+        return columnar.encode(
+            keys,
+            fields={f.name: f for f in spec.fields},
+            columns={name: v.tolist() if hasattr(v, "tolist") else v for name, v in cols.items()},
+            rows=lengths.pop() if lengths else 0,
+        )
+    envelope = {"schema_version": SCHEMA_VERSION, **keys, "columns": cols}
     return orjson.dumps(envelope, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
