@@ -1,7 +1,8 @@
 """How long the analyzers take over a cluster's day, against the bare query over the same rows (issue 19).
 
     .venv/bin/python bench/bench_analyze.py [--gpus 1024] [--hours 24] [--repeat 3] [--store DIR]
-                                             [--raw] [--last SECONDS] [--polars] [--json out.json]
+                                             [--raw] [--last SECONDS] [--polars] [--compacted]
+                                             [--json out.json]
 
 The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers_mt()`), not
 through the simulator and the loader's JSON path, which would take most of the run at this size: per
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +52,7 @@ from contracts.schema import KINDS, topic_for  # noqa: E402
 from goodput.sim.cluster import scaled_config  # noqa: E402
 from pipeline import ddl  # noqa: E402
 from pipeline.chdb_store import ChdbStore  # noqa: E402
+from pipeline.compaction import compact_closed_days  # noqa: E402
 from pipeline.loader import Loader, limits_from_config  # noqa: E402
 from transport.base import InProcessTransport  # noqa: E402
 
@@ -351,7 +354,9 @@ def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
         parquet=str(parquet_path(path)),
         active_parts=ACTIVE_PARTS,
     )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"measuring {what} on {path} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -381,6 +386,23 @@ def repeat(path: Path, meta: dict, what: str, times: int, last_s: int = 0) -> di
     }
 
 
+def compacted_copy(path: Path, meta: dict) -> tuple[Path, list]:
+    """A copy of the store (made once, next to it) with every day of its rollups compacted, as the loader
+    service leaves a closed day (pipeline/compaction.py): each day's partitions one part. Returns the copy
+    and what the compaction merged (nothing when the copy was compacted before)."""
+    copy = path.with_name(path.name + "-compacted")
+    if not (copy / MARKER).exists() or json.loads((copy / MARKER).read_text()) != meta:
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(path, copy, symlinks=True)  # the database's links are relative: kept as links
+    store = ChdbStore(copy)
+    try:
+        done = compact_closed_days(store, meta["end_ms"] / 1000 + 2 * 86_400, settle_s=0)
+        settle_merges(store)
+    finally:
+        store.close()
+    return copy, done
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=1024)
@@ -404,6 +426,12 @@ def main() -> int:
         "--polars",
         action="store_true",
         help="also time the bare query in polars over a Parquet copy of the same raw GPU rows",
+    )
+    ap.add_argument(
+        "--compacted",
+        action="store_true",
+        help="also time the analysis on a copy whose rollup days are compacted (closed days, as the "
+        "loader service leaves them: pipeline/compaction.py)",
     )
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
@@ -449,6 +477,17 @@ def main() -> int:
             f"analyze of the last {args.last} s: {result['analyze_last']['median_s']:.2f} s "
             f"(target < 1 s at 10k GPUs), {share:.2f}x the whole {meta['hours']:g} h: a run re-classifies "
             f"each job it finds over the job's whole allocation"
+        )
+    if args.compacted:
+        copy, done = compacted_copy(path, meta)
+        for c in done:
+            print(f"  compacted {c.table} {c.day}: {c.parts} parts in {c.seconds:.1f} s", file=sys.stderr)
+        result["analyze_compacted"] = repeat(copy, meta, "analyze", args.repeat)
+        r = result["analyze_compacted"]
+        print(
+            f"analyze, rollup days compacted: min {r['min_s']:.2f} s  median {r['median_s']:.2f} s  max "
+            f"{r['max_s']:.2f} s  median {r['median_cpu_s']:.1f} CPU-s; "
+            f"{r['median_s'] / result['analyze']['median_s']:.2f}x the store as loaded"
         )
     slowest = sorted(result["analyze"]["steps"], key=lambda s: -s[1])[:8]
     print("slowest statements (last run):", ", ".join(f"{name} {s:.1f} s" for name, s in slowest))

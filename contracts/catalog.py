@@ -322,6 +322,12 @@ LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "When the embedded analyzers last finished.",
         (),
     ),
+    "goodput_loader_compacted_partitions_total": (
+        "counter",
+        "Closed day partitions of a rollup table merged into one part after a scheduled analyzer run "
+        "([loader] compact_after_s).",
+        ("table",),
+    ),
     "goodput_loader_node_clock_offset_seconds": (
         "gauge",
         "A node's clock offset (+ ahead) estimated from its batches' sent_ms against the Kafka broker's "

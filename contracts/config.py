@@ -394,6 +394,10 @@ class LoaderConfig(Table, frozen=True):
     """Run the analyzers in the loader process this often (0: never; `--analyze-every` overrides)."""
     analyze_lookback_s: Seconds = 6 * 3600.0
     """How far back each scheduled analyzer run reclassifies (late batches inside it are picked up)."""
+    compact_after_s: NonNegative = 3600.0
+    """After each scheduled analyzer run, merge every day partition of the rollup tables that closed at
+    least this long ago (UTC) into one part, so that later reads of that day skip the read-time merge
+    (pipeline/compaction.py); 0: never. `goodput compact` does the same by hand."""
 
     def __post_init__(self) -> None:
         if self.retry_backoff_max_s < self.retry_backoff_s:

@@ -170,6 +170,28 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_compact(args) -> int:
+    """Merges the closed days' rollup partitions into one part each (pipeline/compaction.py)."""
+    from pipeline.compaction import compact_closed_days
+
+    cfg = config_mod.load(args.config)
+    settle_s = cfg.loader.compact_after_s if args.settle_s is None else args.settle_s
+    if settle_s < 0:
+        raise config_mod.ConfigError(f"--settle-s {settle_s}: must be >= 0 seconds")
+    with _store(args, cfg) as store:
+        print("goodput compact: merging the closed days' rollup partitions ...", file=sys.stderr)
+        done = compact_closed_days(store, time.time(), settle_s)
+    for c in done:
+        print(f"{c.table} {c.day}: {c.parts} parts into one in {c.seconds:.1f} s", file=sys.stderr)
+    closed_before = time.strftime("%Y-%m-%d", time.gmtime(time.time() - settle_s))
+    print(
+        f"goodput compact: {len(done)} partitions merged; every rollup day before {closed_before} is "
+        "one part",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_summary(args) -> int:
     from pipeline.summary import as_json, format_team_table, team_table, unallocated_gpu_hours
 
@@ -345,6 +367,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--since-ms", type=int)
     p.add_argument("--until-ms", type=int)
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser(
+        "compact",
+        parents=[common],
+        help="merge each closed day of the rollup tables into one part (faster reads of past days)",
+    )
+    p.add_argument(
+        "--settle-s",
+        type=float,
+        metavar="SECONDS",
+        help="a day is closed this long after its end, UTC (default: [loader].compact_after_s)",
+    )
+    p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser(
         "dead-letters",

@@ -39,6 +39,7 @@ from contracts import catalog
 from contracts.config import Config
 from contracts.exporter import MetricsEndpoint, declare
 from contracts.schema import KINDS, topic_for
+from pipeline.compaction import compact_closed_days
 from pipeline.goodput_exporter import GoodputExporter
 from pipeline.loader import Loader, LoadStats, limits_from_config
 from pipeline.progress import Progress
@@ -74,6 +75,7 @@ class LoaderSeries:
     loader_transport_errors: PromCounter
     loader_load_duration_seconds: Histogram
     loader_analyzer_last_success_timestamp_seconds: Gauge
+    loader_compacted_partitions: PromCounter
     loader_node_clock_offset_seconds: Gauge
 
 
@@ -405,6 +407,20 @@ class LoaderService:
         self.metrics.m.loader_analyzer_last_success_timestamp_seconds.set(time.time())
         if self.exporter is not None:
             self.exporter.refresh(self.store)
+        if self.lc.compact_after_s:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Closed days' rollup partitions into one part each (pipeline/compaction.py), after an analyzer
+        run: the loop is held either way, and between two runs there is at most one day to close."""
+        try:
+            done = compact_closed_days(self.store, time.time(), self.lc.compact_after_s)
+        except StoreError as e:
+            self.metrics.m.loader_store_errors.labels("compact").inc()
+            log.error("compacting closed days failed: %s; loading goes on, the next run tries again", e)
+            return
+        for c in done:
+            self.metrics.m.loader_compacted_partitions.labels(c.table).inc()
 
     def _close(self) -> None:
         if self._consumer is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import config as config_mod
-from contracts.envelope import encode_batch
+from contracts.envelope import encode_batch, message_line
 from contracts.schema import KINDS, topic_for
 from pipeline.loader_service import LoaderService
 from transport.kafka import KafkaProducerTransport, KafkaSettings, ensure_topics
@@ -168,6 +168,25 @@ def batch(
         columns={**columns(kind, rows, seq, node), **over},
         agent="goodput-test/0",
     )
+
+
+def ingest_old_day_in_parts(config: Path, cwd: Path, parts: int = 2) -> str:
+    """Loads `parts` GPU batches of a day two days back with `goodput ingest --from`, one file each (one
+    part each in the day's partitions; versions alternate); returns the day (YYYY-MM-DD, UTC)."""
+    day_ms = 86_400_000
+    old = (int(time.time() * 1000) - 2 * day_ms) // day_ms * day_ms + 3_600_000  # 01:00 UTC
+    for i in range(parts):
+        cols = {"ts_ms": [old + 60_000 * i] * 2, "gpu": [0, 1], "uuid": ["GPU-0", "GPU-1"]}
+        value = batch("gpu", NODES[0], 900 + i, rows=2, version=1 + i % 2, **cols)
+        (cwd / f"old-{i}.jsonl").write_bytes(message_line(value) + b"\n")
+        subprocess.run(
+            [GOODPUT, "ingest", "--config", str(config), "--from", f"old-{i}.jsonl", "--no-analyze"],
+            cwd=cwd,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    return time.strftime("%Y-%m-%d", time.gmtime(old / 1000))
 
 
 def good_stream(

@@ -1,6 +1,6 @@
 """The loader service with embedded analyzers serves the goodput exporter's series on its own /metrics
-after each analyzer run (pipeline/loader_service.py), beside its own health series; promtool accepts the
-whole scrape."""
+after each analyzer run (pipeline/loader_service.py), beside its own health series, and then compacts the
+closed days; promtool accepts the whole scrape."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from tests.loader.helpers import (
     Scrape,
     free_port,
     good_stream,
+    ingest_old_day_in_parts,
+    metric_sum,
     new_topics,
     write_config,
 )
@@ -32,6 +34,7 @@ def test_loader_serves_goodput_series_after_its_analyzers(kafka_broker, tmp_path
         tmp_path / "store",
         metrics_address=f"127.0.0.1:{port}",
     )
+    old_day = ingest_old_day_in_parts(config, tmp_path)  # compacted after the first analyzer run
     producer = Producer(kafka_broker.bootstrap, prefix)
     producer.send_all(good_stream(range(0, 3)))
     producer.close()
@@ -49,6 +52,11 @@ def test_loader_serves_goodput_series_after_its_analyzers(kafka_broker, tmp_path
                 continue
         assert scrape["goodput_gpu_seconds"], "GPU time by pool, team and category"
         assert "goodput_loader_analyzer_last_success_timestamp_seconds" in scrape
+        while not metric_sum(scrape, "goodput_loader_compacted_partitions_total", table="gpu_rollup_10s"):
+            assert time.monotonic() < deadline, loader.log()[-3000:]
+            time.sleep(0.5)
+            scrape = Scrape(port)
+        assert f"compacted gpu_rollup_10s day {old_day}: 2 parts into one" in loader.log()
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
