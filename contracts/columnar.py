@@ -31,23 +31,27 @@ start (zero bytes pad the part before it):
     header length H        uint32
     header                 H bytes of UTF-8 JSON: the version 1 envelope's keys except `columns`, with
                            `schema_version` 2, plus `rows` (N, the batch's rows) and `columns`: a list
-                           of [field name, 1 if a validity bitmap comes first else 0], in buffer order
+                           of [field name, 1 if a validity bitmap comes first else 0], in buffer order;
+                           a utf8_dictionary column's entry adds D, its count of distinct strings
     per listed column:     [validity bitmap: ceil(N/8) bytes, bit i (LSB first) set when row i has a
                            value] then its values, by the field's wire type:
                              int64, float32, float64   N values
                              bool                      a bitmap of N bits
-                             utf8                      N+1 int32 offsets from 0, then the bytes
+                             utf8_dictionary           N int32 indices into the column's D strings,
+                                                       then D+1 int32 offsets from 0, then their bytes
                              int32_list                N+1 int32 offsets from 0, then offsets[N] int32
 
-The buffers are Arrow's own, so a reader wraps them without a copy. The message ends with the last
-buffer (its padding may be left out). A field a node cannot measure is left out of `columns` or has
-its validity bit 0 (the value there is ignored); NaN and infinities are refused (`non_finite`). The
-wire type comes from the schema, not the message: one per field, nothing to negotiate or mistake.
+The buffers are Arrow's own, so a reader wraps them without a copy. A string column is an Arrow
+dictionary: a GPU's uuid, its model, a port's state repeat row after row, and per-row offsets that grow
+by a constant stride compress badly. The message ends with the last buffer (its padding may be left
+out). A field a node cannot measure is left out of `columns` or has its validity bit 0 (the value
+there is ignored); NaN and infinities are refused (`non_finite`). The wire type comes from the schema,
+not the message: one per field, nothing to negotiate or mistake.
 """
 HEADER = struct.Struct("<4sI")
 ALIGN = 8
 
-WireType = Literal["int64", "float32", "float64", "bool", "utf8", "int32_list"]
+WireType = Literal["int64", "float32", "float64", "bool", "utf8_dictionary", "int32_list"]
 _FIXED_CODES = {"int64": "q", "float32": "f", "float64": "d"}
 WIDTH = {"int64": 8, "float32": 4, "float64": 8}
 """Bytes per value of the fixed-width wire types."""
@@ -82,7 +86,7 @@ def wire_type(f: Field) -> WireType:
     if f.type == "bool":
         return "bool"
     if f.type == "str":
-        return "utf8"
+        return "utf8_dictionary"
     return "int32_list"
 
 
@@ -108,9 +112,10 @@ def _absent(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def _values(f: Field, wire: WireType, vals: list) -> bytes:
-    """The value buffers of one column, absent slots written as zeros; raises ValueError on a value
-    the field's type cannot hold, so a collector's bug never leaves the node as bad data."""
+def _values(f: Field, wire: WireType, vals: list) -> tuple[bytes, list[int]]:
+    """The value buffers of one column, absent slots written as zeros, and what its header entry adds
+    (a string column's count of distinct strings); raises ValueError on a value the field's type cannot
+    hold, so a collector's bug never leaves the node as bad data."""
     try:
         if wire in _FIXED_CODES:
             if any(isinstance(v, bool) for v in vals):
@@ -120,23 +125,29 @@ def _values(f: Field, wire: WireType, vals: list) -> bytes:
             buf = array(_FIXED_CODES[wire], vals)
             if f.type == "float" and not all(math.isfinite(v) for v in buf):
                 raise OverflowError("beyond the range of its wire type")
-            return _pad(buf.tobytes())
+            return _pad(buf.tobytes()), []
         if wire == "bool":
             if not all(isinstance(v, bool) for v in vals):
                 raise TypeError("a bool field holds a non-bool")
-            return _pad(_bitmap(vals))
-        if wire == "utf8":
-            data = [v.encode() for v in vals]
-        else:
-            data = [array("i", v).tobytes() for v in vals]
-        offsets = array("i", [0])
-        total = 0
-        for d in data:
-            total += len(d) // (1 if wire == "utf8" else 4)
-            offsets.append(total)
-        return _pad(offsets.tobytes()) + _pad(b"".join(data))
+            return _pad(_bitmap(vals)), []
+        if wire == "utf8_dictionary":
+            index: dict[str, int] = {}
+            indices = array("i", [index.setdefault(v, len(index)) for v in vals])
+            strings = [v.encode() for v in index]  # AttributeError for a value that is not a str
+            return _pad(indices.tobytes()) + _offsets_and_data(strings, 1), [len(strings)]
+        return _offsets_and_data([array("i", v).tobytes() for v in vals], 4), []
     except (TypeError, OverflowError, AttributeError) as e:
         raise ValueError(f"field {f.name!r} ({f.type}) cannot be encoded: {e}") from None
+
+
+def _offsets_and_data(items: list[bytes], width: int) -> bytes:
+    """Arrow's variable-size layout: N+1 int32 offsets from 0 (in items of `width` bytes), the data."""
+    offsets = array("i", [0])
+    total = 0
+    for item in items:
+        total += len(item) // width
+        offsets.append(total)
+    return _pad(offsets.tobytes()) + _pad(b"".join(items))
 
 
 def _zero(f: Field) -> Any:
@@ -159,8 +170,9 @@ def encode(
             zero = _zero(f)
             vals = [v if p else zero for v, p in zip(vals, present, strict=True)]
             body.append(_pad(_bitmap(present)))
-        body.append(_values(f, wire_type(f), vals))
-        spec.append([name, int(nullable)])
+        values, extra = _values(f, wire_type(f), vals)
+        body.append(values)
+        spec.append([name, int(nullable), *extra])
     header = orjson.dumps({"schema_version": VERSION, **envelope, "rows": rows, "columns": spec})
     head = HEADER.pack(MAGIC, len(header)) + header
     return _pad(head) + b"".join(body)

@@ -190,7 +190,7 @@ with a byte order mark is `not_json` (RFC 8259: senders must not add one).
         f"## Version {columnar.VERSION}: the columnar binary envelope",
         "",
         "The same envelope and fields, each column as the buffers Arrow holds in memory: a loader wraps "
-        "them as arrays without a Python object per value (docs/loader.md: 3.3x cheaper to decode "
+        "them as arrays without a Python object per value (docs/loader.md: 2.8x cheaper to decode "
         "than JSON). Each kind's table below gives every field's wire type.",
         "",
         "```",

@@ -273,7 +273,7 @@ _WIRE_ARROW = {
     "float32": pa.float32(),
     "float64": pa.float64(),
     "bool": pa.bool_(),
-    "utf8": pa.string(),
+    "utf8_dictionary": pa.dictionary(pa.int32(), pa.string()),
     "int32_list": pa.list_(pa.int32()),
 }
 
@@ -303,9 +303,11 @@ def _decode_columnar(value: bytes, limits: Limits, expected_kind: str | None) ->
         return problem
     spec = doc["columns"]
     if not all(
-        isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and c[1] in (0, 1) for c in spec
+        isinstance(c, list) and len(c) in (2, 3) and isinstance(c[0], str) and c[1] in (0, 1) for c in spec
     ):
-        return Rejected("bad_envelope", "header 'columns' must list [field name, 0 or 1] pairs")
+        return Rejected(
+            "bad_envelope", "header 'columns' must list [field name, 0 or 1(, distinct strings)] entries"
+        )
     names = [c[0] for c in spec]
     if len(set(names)) < len(names):
         repeated = next(n for n in names if names.count(n) > 1)
@@ -315,6 +317,11 @@ def _decode_columnar(value: bytes, limits: Limits, expected_kind: str | None) ->
         return Rejected(
             "unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{columnar.VERSION}"
         )
+    for c in spec:
+        strings = columnar.wire_type(kind.field(c[0])) == "utf8_dictionary"
+        if strings != (len(c) == 3) or (strings and (type(c[2]) is not int or c[2] < 0)):
+            want = "[name, 0 or 1, distinct strings >= 0]" if strings else "[name, 0 or 1]"
+            return Rejected("bad_envelope", f"header entry {c!r}: a {c[0]} column's entry is {want}")
     try:
         columns = _columns(value, columnar.padded(end), spec, kind, rows)
     except _BadBuffers as e:
@@ -344,8 +351,26 @@ def _columns(value: bytes, pos: int, spec: list, kind: Kind, rows: int) -> dict[
         pos += columnar.padded(size)
         return buf
 
+    def variable(name: str, typ: pa.DataType, n: int, validity: pa.Buffer | None) -> pa.Array:
+        """n items of Arrow's variable-size layout (offsets, then data), checked in full."""
+        first_at, last_at = pos, pos + 4 * n
+        offsets = take(name, 4 * (n + 1))
+        if value[first_at : first_at + 4] != b"\0\0\0\0":
+            raise _BadBuffers(f"column {name!r}: its offsets do not start at 0")
+        last = int.from_bytes(value[last_at : last_at + 4], "little", signed=True)
+        if pa.types.is_string(typ):
+            arr = pa.Array.from_buffers(typ, n, [validity, offsets, take(name, last)])
+        else:
+            values = pa.Array.from_buffers(pa.int32(), last, [None, take(name, 4 * last)])
+            arr = pa.Array.from_buffers(typ, n, [validity, offsets], children=[values])
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise _BadBuffers(f"column {name!r}: {e}") from None
+        return arr
+
     out: dict[str, pa.Array] = {}
-    for name, nullable in spec:
+    for name, nullable, *distinct in spec:
         wire = columnar.wire_type(kind.field(name))
         typ = _WIRE_ARROW[wire]
         validity = take(name, bits) if nullable else None
@@ -353,23 +378,17 @@ def _columns(value: bytes, pos: int, spec: list, kind: Kind, rows: int) -> dict[
             arr = pa.Array.from_buffers(typ, rows, [validity, take(name, rows * columnar.WIDTH[wire])])
         elif wire == "bool":
             arr = pa.Array.from_buffers(typ, rows, [validity, take(name, bits)])
+        elif wire == "int32_list":
+            arr = variable(name, typ, rows, validity)
         else:
-            first_at, last_at = pos, pos + 4 * rows
-            offsets = take(name, 4 * (rows + 1))
-            if value[first_at : first_at + 4] != b"\0\0\0\0":
-                raise _BadBuffers(f"column {name!r}: its offsets do not start at 0")
-            last = int.from_bytes(value[last_at : last_at + 4], "little", signed=True)
-            item = 1 if wire == "utf8" else 4
-            data = take(name, last * item)
-            if wire == "utf8":
-                arr = pa.Array.from_buffers(typ, rows, [validity, offsets, data])
-            else:
-                values = pa.Array.from_buffers(pa.int32(), last, [None, data])
-                arr = pa.Array.from_buffers(typ, rows, [validity, offsets], children=[values])
-            try:
-                arr.validate(full=True)
-            except pa.ArrowInvalid as e:
-                raise _BadBuffers(f"column {name!r}: {e}") from None
+            indices = pa.Array.from_buffers(pa.int32(), rows, [validity, take(name, 4 * rows)])
+            strings = variable(name, pa.string(), distinct[0], None)
+            try:  # kept a dictionary until a poll's batches are joined: one cast to strings, not one each
+                arr = pa.DictionaryArray.from_arrays(indices, strings)
+            except (IndexError, pa.ArrowInvalid) as e:
+                raise _BadBuffers(
+                    f"column {name!r}: an index beyond its {distinct[0]} strings ({e})"
+                ) from None
         out[name] = arr
     if pos < len(value):  # the last buffer's padding may be left out
         raise _BadBuffers(f"{len(value) - pos} bytes after the last column's buffers")
@@ -387,8 +406,8 @@ def _inferred_ok(field_type: str, t: pa.DataType) -> bool:
         return pa.types.is_integer(t) or pa.types.is_floating(t)
     if field_type == "bool":
         return pa.types.is_boolean(t)
-    if field_type == "str":
-        return pa.types.is_string(t)
+    if field_type == "str":  # a dictionary of strings only from a columnar envelope: JSON never infers one
+        return pa.types.is_string(t) or (pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))
     return pa.types.is_list(t) and _inferred_ok("int", t.value_type)  # int_list
 
 

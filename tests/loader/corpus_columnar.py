@@ -154,6 +154,22 @@ _BUILDERS: dict[str, tuple[str, str, str, Callable[[int], bytes]]] = {
         "a columnar string column whose offsets start at 1",
         lambda now: _replace_once(_good(now, 19), struct.pack("<3i", 0, 5, 10), struct.pack("<3i", 1, 5, 10)),
     ),
+    "columnar-index-beyond-dictionary": (
+        "gpu",
+        "bad_buffers",
+        "a columnar string column indexing a string its dictionary does not hold",
+        lambda now: _replace_once(
+            _good(now, 20), struct.pack("<5i", 0, 1, 0, 5, 10), struct.pack("<5i", 0, 7, 0, 5, 10)
+        ),
+    ),
+    "columnar-strings-without-count": (
+        "gpu",
+        "bad_envelope",
+        "a columnar header whose string column does not say how many distinct strings it holds",
+        lambda now: _with_header(
+            _good(now, 21), columns=[c[:2] for c in _split(_good(now, 21))[0]["columns"]]
+        ),
+    ),
     "columnar-nan": (
         "gpu",
         "non_finite",

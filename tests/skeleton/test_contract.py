@@ -46,7 +46,14 @@ def test_every_kind_has_a_documented_example_that_validates():
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_encode_decode_round_trip_keeps_values_and_absence(version):
-    cols = {"ts_ms": [NOW, NOW], "gpu": [0, 1], "uuid": ["GPU-a", "GPU-b"], "power_w": [500.5, None]}
+    cols = {
+        "ts_ms": [NOW, NOW],
+        "gpu": [0, 1],
+        "uuid": ["GPU-a", "GPU-b"],
+        "power_w": [500.5, None],
+        "job_id": [None, "j-1"],
+        "model": [None, None],
+    }
     raw = encode_batch(
         kind="gpu", cluster="c", node="n1", seq=7, sent_ms=NOW, columns=cols, agent="t", version=version
     )
@@ -55,6 +62,7 @@ def test_encode_decode_round_trip_keeps_values_and_absence(version):
     assert (env.cluster, env.node, env.seq, env.rows) == ("c", "n1", 7, 2)
     table = to_tables([env], NOW, OPEN)[0]["gpu"]
     assert table.column("power_w").to_pylist() == [500.5, None]
+    assert table.column("job_id").to_pylist() == [None, "j-1"] and table.column("model").null_count == 2
     assert table.column("sm_active_pct").null_count == 2  # absent field: null, never zero
     assert table.column("seq").to_pylist() == [7, 7]
 
