@@ -4,18 +4,22 @@ and a bad columnar batch among good ones of either version is refused alone."""
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 from dataclasses import replace
 
 import pyarrow as pa
 import pytest
 
+from contracts import columnar
 from contracts import config as config_mod
+from contracts.envelope import encode_batch
 from contracts.schema import SCHEMA_VERSION
 from goodput.sim.cluster import SimConfig, scaled_config, simulate
 from goodput.sim.emit import messages
 from pipeline.loader import _expected_kind, limits_from_config
-from pipeline.validate import Envelope, decode, to_tables
+from pipeline.validate import Envelope, Limits, decode, to_tables
 from tests.loader.corpus_columnar import message as columnar_case
 
 COLUMNAR = 2
@@ -81,3 +85,67 @@ def test_a_bad_columnar_batch_among_good_ones_of_both_versions_is_refused_alone(
     assert [(e is bad, r.reason) for e, r in rejected] == [(True, "out_of_range")]
     assert "power_w" in rejected[0][1].detail
     assert tables["gpu"].num_rows == sum(e.rows for e in envs)
+
+
+def test_no_mutation_of_a_columnar_message_makes_the_loader_raise():
+    """4,000 seeded mutations (bytes changed, cut out or inserted, mostly in the buffers): each message is
+    an envelope or a refusal with a reason, and converting an envelope refuses or accepts it; nothing
+    raises, so no bad batch can stop the loader."""
+    now = int(time.time() * 1000)
+    limits = Limits(max_past_ms=10**13, max_future_ms=10**13)
+    base = [
+        encode_batch(
+            kind="gpu",
+            cluster="c",
+            node="n",
+            seq=1,
+            sent_ms=now,
+            agent="t",
+            version=COLUMNAR,
+            columns={
+                "ts_ms": [now] * 3,
+                "gpu": [0, 1, 2],
+                "uuid": ["a", "b", "a"],
+                "power_w": [1.0, None, 3.0],
+                "lost": [False, True, None],
+                "job_id": [None, None, "j"],
+            },
+        ),
+        encode_batch(
+            kind="job",
+            cluster="c",
+            node="n",
+            seq=1,
+            sent_ms=now,
+            agent="t",
+            version=COLUMNAR,
+            columns={
+                "ts_ms": [now] * 2,
+                "job_id": ["j", "k"],
+                "event": ["allocated", "released"],
+                "node": ["n", "n"],
+                "gpu_indices": [[0, 1], None],
+            },
+        ),
+    ]
+    rng = random.Random(5)
+    outcomes: Counter = Counter()
+    for _ in range(4000):
+        message = bytearray(rng.choice(base))
+        body = columnar.padded(columnar.header_end(bytes(message)))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(min(body if rng.random() < 0.9 else 0, len(message) - 1), len(message))
+            roll = rng.random()
+            if roll < 0.6:
+                message[at] = rng.randrange(256)
+            elif roll < 0.8:
+                del message[at : at + rng.randint(1, 8)]
+            else:
+                message[at:at] = rng.randbytes(rng.randint(1, 8))
+        env = decode(bytes(message), limits, None)
+        if isinstance(env, Envelope):
+            _, rejected = to_tables([env], now, limits)
+            outcomes["refused when converted" if rejected else "accepted"] += 1
+        else:
+            outcomes[env.reason] += 1
+    assert outcomes["bad_buffers"] > 1000 and outcomes["accepted"] > 100, outcomes
