@@ -278,6 +278,10 @@ _WIRE_ARROW = {
 }
 
 
+_WIRE_TYPES = {k.name: {f.name: columnar.wire_type(f) for f in k.fields} for k in KINDS.values()}
+"""Each kind's fields' wire types, looked up per column of every columnar message."""
+
+
 class _BadBuffers(Exception):
     pass
 
@@ -318,7 +322,7 @@ def _decode_columnar(value: bytes, limits: Limits, expected_kind: str | None) ->
             "unknown_field", f"{kind.name} has no field(s) {', '.join(unknown)} in schema v{columnar.VERSION}"
         )
     for c in spec:
-        strings = columnar.wire_type(kind.field(c[0])) == "utf8_dictionary"
+        strings = _WIRE_TYPES[kind.name][c[0]] == "utf8_dictionary"
         if strings != (len(c) == 3) or (strings and (type(c[2]) is not int or c[2] < 0)):
             want = "[name, 0 or 1, distinct strings >= 0]" if strings else "[name, 0 or 1]"
             return Rejected("bad_envelope", f"header entry {c!r}: a {c[0]} column's entry is {want}")
@@ -371,7 +375,7 @@ def _columns(value: bytes, pos: int, spec: list, kind: Kind, rows: int) -> dict[
 
     out: dict[str, pa.Array] = {}
     for name, nullable, *distinct in spec:
-        wire = columnar.wire_type(kind.field(name))
+        wire = _WIRE_TYPES[kind.name][name]
         typ = _WIRE_ARROW[wire]
         validity = take(name, bits) if nullable else None
         if wire in columnar.WIDTH:
