@@ -16,6 +16,9 @@ many.
 The day still running is left alone: it is being written, and merging it would be redone within
 minutes. `settle_s` is how long after midnight (UTC) a day counts as closed, so that the last batches
 of the day have arrived.
+
+On the cluster layout (docs/clickhouse-server.md) the parts are the local tables' `<name>_local`: the
+days are read from this server's, and each merge runs ON CLUSTER, on every shard's local table.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from contracts import catalog
+from pipeline import ddl
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
@@ -43,10 +47,16 @@ class Compacted:
     seconds: float
 
 
+def _local(store: Store, table: str) -> str:
+    """The table holding `table`'s parts: itself on one server, its local table on the cluster layout."""
+    return table if ddl.delete_target(store, table) is None else table + ddl.LOCAL_SUFFIX
+
+
 def closed_partitions(store: Store, closed_before: datetime) -> list[tuple[str, str, str, int]]:
     """(table, day, partition id, active parts) of every day partition before `closed_before`'s date that
-    holds more than one active part, oldest first."""
-    names = ", ".join(f"'{t}'" for t in TABLES)
+    holds more than one active part, oldest first; `table` is the catalog name."""
+    catalog_name = {_local(store, t): t for t in TABLES}
+    names = ", ".join(f"'{t}'" for t in catalog_name)
     rows = store.query_arrow(
         "SELECT table, partition, partition_id, count() AS parts FROM system.parts "
         f"WHERE active AND database = currentDatabase() AND table IN ({names}) "
@@ -54,7 +64,7 @@ def closed_partitions(store: Store, closed_before: datetime) -> list[tuple[str, 
         "GROUP BY table, partition, partition_id HAVING parts > 1 ORDER BY partition, table",
         {"day": closed_before.date().isoformat()},
     ).to_pylist()
-    return [(r["table"], r["partition"], r["partition_id"], int(r["parts"])) for r in rows]
+    return [(catalog_name[r["table"]], r["partition"], r["partition_id"], int(r["parts"])) for r in rows]
 
 
 def compact_closed_days(store: Store, now_s: float, settle_s: float) -> list[Compacted]:
@@ -64,7 +74,8 @@ def compact_closed_days(store: Store, now_s: float, settle_s: float) -> list[Com
     done = []
     for table, day, partition_id, parts in closed_partitions(store, closed_before):
         started = time.perf_counter()
-        store.execute(f"OPTIMIZE TABLE {table} PARTITION ID '{partition_id}' FINAL")
+        target = ddl.delete_target(store, table) or table  # as a DELETE: the local tables ON CLUSTER
+        store.execute(f"OPTIMIZE TABLE {target} PARTITION ID '{partition_id}' FINAL")
         done.append(Compacted(table, day, parts, time.perf_counter() - started))
         log.info("compacted %s day %s: %d parts into one in %.1f s", table, day, parts, done[-1].seconds)
     return done

@@ -83,6 +83,7 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
     from pipeline import ddl
     from pipeline.analyzers import run as analyzers
     from pipeline.chdb_store import ChdbStore
+    from pipeline.compaction import compact_closed_days
     from pipeline.loader import Loader, SeqTracker, limits_from_config
     from pipeline.store import StoreError
     from transport.base import Record
@@ -127,7 +128,9 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
             for i, (topic, key, value) in enumerate(messages(simulate(sim_cfg, cfg)))
         ]
         loader = Loader(store, limits_from_config(cfg))
-        loader.load(records)
+        half = len(records) // 2
+        loader.load(records[:half])  # two loads: two parts in each day of the rollups, for compaction
+        loader.load(records[half:])
         out["loaded_rows"] = dict(loader.totals.rows)
         if not single:
             replay = Loader(store, limits_from_config(cfg)).load(records)  # a restarted loader, same records
@@ -156,6 +159,17 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
         }
         if not single:
             out["derived_rows"] = {name: [count(name), count(name + ddl.LOCAL_SUFFIX)] for name in DERIVED}
+            closed = start_ms / 1000 + 3 * 86_400
+            out["compacted"] = [[c.table, c.parts] for c in compact_closed_days(store, closed, settle_s=0)]
+            out["rollup_parts"] = store.query_arrow(
+                "SELECT table, partition, count() AS n FROM system.parts WHERE active AND database = "
+                "currentDatabase() AND table LIKE '%rollup%' GROUP BY table, partition"
+            ).to_pylist()
+            analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000)
+            out["derived_after_compaction"] = {
+                name: [list(row.values()) for row in store.query_arrow(sql).to_pylist()]
+                for name, sql in DERIVED.items()
+            }
             for _ in range(2):
                 analyzers.refresh_dimensions(
                     store, cfg

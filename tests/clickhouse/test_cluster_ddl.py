@@ -20,6 +20,7 @@ from contracts import catalog
 from contracts import config as config_mod
 from pipeline import ddl
 from pipeline.analyzers import run as analyzers
+from pipeline.compaction import compact_closed_days
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = [ddl.table_name(s) for s in ddl.all_ddl()]
@@ -271,3 +272,49 @@ def test_analyzers_run_unchanged_on_distributed_tables(chdb_cluster, chdb_single
     assert all(row[-1] == 0 for row in windows)  # no category stored twice for a job's window
     assert all(row[-1] == 1 for row in summaries)  # one summary row per job
     assert chdb_cluster["dim_nodes_rows"] == chdb_cluster["configured_nodes"]
+
+
+def test_closed_days_compact_on_the_local_tables_and_change_no_result(chdb_cluster):
+    """Compaction on the cluster layout merges the local tables' parts (the Distributed table has none)
+    and the analyzers, run again, find what they found before."""
+    compacted = chdb_cluster["compacted"]
+    assert {table for table, _ in compacted} == set(catalog.ROLLUP_TABLES.values())
+    assert all(parts >= 2 for _, parts in compacted), compacted
+    parts = chdb_cluster["rollup_parts"]
+    assert {p["table"] for p in parts} == {t + ddl.LOCAL_SUFFIX for t in catalog.ROLLUP_TABLES.values()}
+    assert all(p["n"] == 1 for p in parts), parts
+    assert chdb_cluster["derived_after_compaction"] == chdb_cluster["derived"]
+
+
+def test_compaction_on_a_cluster_merges_the_local_tables_on_every_shard():
+    """The statement text production issues on the cluster layout: the local table, ON CLUSTER (the engine
+    test above runs it without Keeper, which drops ON CLUSTER)."""
+
+    class Recording:
+        cluster = "prod"
+
+        def __init__(self) -> None:
+            self.statements: list[str] = []
+            self.asked: list[str] = []
+
+        def query_arrow(self, sql: str, params=None) -> pa.Table:
+            self.asked.append(sql)
+            return pa.table(
+                {
+                    "table": ["gpu_rollup_10s_local"],
+                    "partition": ["2026-12-01"],
+                    "partition_id": ["20261201"],
+                    "parts": pa.array([3], pa.uint64()),
+                }
+            )
+
+        def execute(self, sql: str, params=None) -> None:
+            self.statements.append(sql)
+
+    store = Recording()
+    done = compact_closed_days(store, 1_796_500_000, settle_s=3600)
+    assert [(c.table, c.day, c.parts) for c in done] == [("gpu_rollup_10s", "2026-12-01", 3)]
+    assert store.statements == [
+        "OPTIMIZE TABLE gpu_rollup_10s_local ON CLUSTER prod PARTITION ID '20261201' FINAL"
+    ]
+    assert "'gpu_rollup_10s_local'" in store.asked[0] and "'gpu_rollup_10s'" not in store.asked[0]
