@@ -93,40 +93,28 @@ def test_no_mutation_of_a_columnar_message_makes_the_loader_raise():
     raises, so no bad batch can stop the loader."""
     now = int(time.time() * 1000)
     limits = Limits(max_past_ms=10**13, max_future_ms=10**13)
+    columns = {
+        "gpu": {
+            "ts_ms": [now] * 3,
+            "gpu": [0, 1, 2],
+            "uuid": ["a", "b", "a"],
+            "power_w": [1.0, None, 3.0],
+            "lost": [False, True, None],
+            "job_id": [None, None, "j"],
+        },
+        "job": {
+            "ts_ms": [now] * 2,
+            "job_id": ["j", "k"],
+            "event": ["allocated", "released"],
+            "node": ["n", "n"],
+            "gpu_indices": [[0, 1], None],
+        },
+    }
     base = [
         encode_batch(
-            kind="gpu",
-            cluster="c",
-            node="n",
-            seq=1,
-            sent_ms=now,
-            agent="t",
-            version=COLUMNAR,
-            columns={
-                "ts_ms": [now] * 3,
-                "gpu": [0, 1, 2],
-                "uuid": ["a", "b", "a"],
-                "power_w": [1.0, None, 3.0],
-                "lost": [False, True, None],
-                "job_id": [None, None, "j"],
-            },
-        ),
-        encode_batch(
-            kind="job",
-            cluster="c",
-            node="n",
-            seq=1,
-            sent_ms=now,
-            agent="t",
-            version=COLUMNAR,
-            columns={
-                "ts_ms": [now] * 2,
-                "job_id": ["j", "k"],
-                "event": ["allocated", "released"],
-                "node": ["n", "n"],
-                "gpu_indices": [[0, 1], None],
-            },
-        ),
+            kind=k, cluster="c", node="n", seq=1, sent_ms=now, agent="t", version=COLUMNAR, columns=c
+        )
+        for k, c in columns.items()
     ]
     rng = random.Random(5)
     outcomes: Counter = Counter()
