@@ -77,25 +77,31 @@ class _Transient(Exception):
 
 def _driver_column(col: pa.ChunkedArray):
     """One Arrow column in the form clickhouse-driver's NumPy columns write without per-value Python
-    work where the type allows: numbers as NumPy arrays, timestamps as a UTC DatetimeIndex (the driver
-    scales it to each DateTime/DateTime64 column; NaT is NULL), strings as object arrays, lists as
-    object arrays of Python lists (the driver has no NumPy Array column). Integers and booleans with
-    nulls become object arrays: NumPy has no null for them, and a float detour would lose int64
-    precision."""
+    work where the type allows:
+    - numbers as NumPy arrays; timestamps as a UTC DatetimeIndex (the driver scales it to each
+      DateTime/DateTime64 column; NaT is NULL);
+    - strings as object arrays, dictionaries decoded first (NumPy's view of a dictionary array gives
+      each null the value its index happens to point at);
+    - lists as object arrays of Python lists (the driver has no NumPy Array column);
+    - integers, booleans and floats with nulls as object arrays with None: NumPy has no null for
+      integers, a float detour would lose int64 precision, and the driver's float column tells a
+      null only by `is None` (a NaN is stored as NaN, not NULL)."""
     import numpy as np
     import pandas as pd
 
     t = col.type
+    if pa.types.is_dictionary(t):
+        col, t = col.cast(t.value_type), t.value_type
     if pa.types.is_timestamp(t):
         index = pd.DatetimeIndex(col.to_pandas())
         return index.tz_localize("UTC") if index.tz is None else index
-    if (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or (col.null_count and (pa.types.is_integer(t) or pa.types.is_boolean(t)))
-    ):
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
         # fromiter keeps one Python object per row (np.array would turn equal-length lists into 2-D).
         return np.fromiter(col.to_pylist(), dtype=object, count=len(col))
+    if col.null_count and (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
+        values = col.fill_null(pa.scalar(False if pa.types.is_boolean(t) else 0, t)).to_numpy().astype(object)
+        values[col.is_null().to_numpy()] = None
+        return values
     return col.to_numpy()
 
 

@@ -99,6 +99,61 @@ def test_columnar_insert_reads_back_exactly(store):
     assert [t.replace(tzinfo=dt.timezone.utc) for t in rows["ts"]] == expected["ts"]
 
 
+def test_nulls_arrive_as_null_in_every_column_type(store):
+    """A null float, integer, string, LowCardinality string or dictionary-encoded string is stored as
+    NULL: not NaN (the driver's NumPy float column knows a null only as None), not 0, not the value of
+    another row (a dictionary's indices under its nulls point somewhere). Columns null in every row too."""
+    name = _table(
+        store,
+        "id Int64, f32 Nullable(Float32), f64 Nullable(Float64), i Nullable(Int64), s Nullable(String), "
+        "lc LowCardinality(Nullable(String)), lc_dict LowCardinality(Nullable(String)), "
+        "s_dict Nullable(String), lc_plain LowCardinality(String), no_f Nullable(Float32), "
+        "no_i Nullable(Int64), no_lc LowCardinality(Nullable(String))",
+        "id",
+    )
+    n = 1_000
+    strings = [None if i % 5 == 0 else f"s-{i % 7}" for i in range(n)]
+    data = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "f32": pa.array([None if i % 3 == 0 else i / 2 for i in range(n)], pa.float32()),
+            "f64": pa.array([None if i % 4 == 1 else i / 3 for i in range(n)], pa.float64()),
+            "i": pa.array([None if i % 6 == 2 else 2**62 + i for i in range(n)], pa.int64()),
+            "s": pa.array(strings, pa.string()),
+            "lc": pa.array(strings, pa.string()),
+            "lc_dict": pa.array(strings, pa.string()).dictionary_encode(),
+            "s_dict": pa.array(strings, pa.string()).dictionary_encode(),
+            "lc_plain": pa.array([f"node-{i % 3}" for i in range(n)], pa.string()),
+            "no_f": pa.nulls(n, pa.float32()),
+            "no_i": pa.nulls(n, pa.int64()),
+            "no_lc": pa.nulls(n, pa.string()),
+        }
+    )
+    store.insert_arrow(name, data)
+    nulls = store.query_arrow(
+        "SELECT " + ", ".join(f"countIf(isNull({c})) AS {c}" for c in data.column_names[1:]) + f" FROM {name}"
+    ).to_pylist()[0]
+    assert nulls == {c: data.column(c).null_count for c in data.column_names[1:]}
+    got = store.query_arrow(f"SELECT * FROM {name} ORDER BY id").to_pydict()
+    for c in data.column_names:
+        col = data.column(c)
+        expected = (col.cast(pa.string()) if pa.types.is_dictionary(col.type) else col).to_pylist()
+        assert got[c] == expected, c
+
+
+def test_a_null_column_with_a_default_gets_the_nulls_not_the_default(store):
+    """An all-null column may be left out of the insert only where leaving it out stores NULL too."""
+    name = _table(store, "id Int64, k Nullable(Int64) DEFAULT 5, f Nullable(Float32) DEFAULT 1.5", "id")
+    store.insert_arrow(
+        name,
+        pa.table(
+            {"id": pa.array([1, 2], pa.int64()), "k": pa.nulls(2, pa.int64()), "f": pa.nulls(2, pa.float32())}
+        ),
+    )
+    got = store.query_arrow(f"SELECT id, k, f FROM {name} ORDER BY id").to_pylist()
+    assert got == [{"id": 1, "k": None, "f": None}, {"id": 2, "k": None, "f": None}]
+
+
 def test_query_arrow_maps_clickhouse_types(store):
     got = store.query_arrow(
         "SELECT toInt8(-1) AS i8, toUInt32(7) AS u32, toInt64(-5) AS i64, "
