@@ -105,6 +105,11 @@ def _driver_column(col: pa.ChunkedArray):
     return col.to_numpy()
 
 
+def _null_by_default(ch_type: str, default_kind: str) -> bool:
+    """Whether leaving a column out of an insert stores NULL in it: a Nullable column without DEFAULT."""
+    return not default_kind and ch_type.startswith(("Nullable(", "LowCardinality(Nullable("))
+
+
 class _QuietArrayFallback(logging.Filter):
     """The driver warns on every insert with an Array column that NumPy mode falls back to its generic
     column for it. That is expected here (lists are handed over as lists) and would only bury real
@@ -171,6 +176,7 @@ class ServerStore:
             settings=settings,
         )
         self._token_warned = False
+        self._column_types: dict[str, dict[str, tuple[str, str]]] = {}
         version, has_token, has_no_collapse = self._call(
             "SELECT version(), "
             "(SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token'), "
@@ -248,12 +254,33 @@ class ServerStore:
                     self.version_text,
                     self.address,
                 )
-        columns = [_driver_column(c) for c in data.columns]
-        cols = ", ".join(f"`{c}`" for c in data.column_names)
+        types = self._types(table)
+        names, columns = [], []
+        for name, col in zip(data.column_names, data.columns, strict=True):
+            ch_type, default_kind = types.get(name, ("", ""))
+            if col.null_count == len(col) and _null_by_default(ch_type, default_kind):
+                continue  # the server stores NULL for it: no null map and no values to send
+            names.append(name)
+            columns.append(_driver_column(col))
+        cols = ", ".join(f"`{c}`" for c in names)
         self._call(
             f"INSERT INTO {table} ({cols}) VALUES",
             lambda s: self._client.execute(s, columns, columnar=True, settings=settings),
         )
+
+    def _types(self, table: str) -> dict[str, tuple[str, str]]:
+        """(type, default kind) of each column of `table`, read once per store: how insert_arrow hands
+        each column to the driver, and which all-null columns it may leave out. A column added later
+        (a migration while the store is open) is missing here, so it is sent as it comes (its nulls
+        included), which is always correct."""
+        if table not in self._column_types:
+            database, _, name = table.rpartition(".")
+            where = f"database = '{database}'" if database else "database = currentDatabase()"
+            rows = self.query_arrow(
+                f"SELECT name, type, default_kind FROM system.columns WHERE {where} AND table = '{name}'"
+            ).to_pylist()
+            self._column_types[table] = {r["name"]: (r["type"], r["default_kind"]) for r in rows}
+        return self._column_types[table]
 
     def _call(self, sql: str, run, retry_after_send: bool = True):
         """Runs `run(sql)`, retrying transient failures; raises StoreError naming what to check.
