@@ -11,6 +11,9 @@ Then this one process consumes them as the loader service does (KafkaConsumerTra
   insert           Loader.load's insert_s: chDB inserts (raw tables, ledger)
   commit           offset commits
 
+and, alone, the same tables inserted into the ClickHouse server the tests start (bench_server_store.py),
+counting the loader process's CPU only: a loader core's work with a server store.
+
 "per core" divides rows by the CPU seconds of the whole process (every thread: kafka-python's network
 thread and chDB's background merges too), so a phase that runs on other threads does not flatter it.
 Then `goodput ingest`'s own loop (LoaderService, --until-caught-up) consumes the same topics in a new
@@ -22,17 +25,16 @@ the first version's records by pipeline/validate.py as it was at REV, loaded fro
 
 Run:  .venv/bin/python bench/bench_loader.py [--gpus 128] [--hours 0.5] [--bootstrap HOST:PORT]
       [--versions 1,2] [--baseline REV] [--json out.json]
-Needs the Kafka jars (bash .ci/install.d/kafka.sh) unless --bootstrap names a running broker.
+Needs the Kafka jars (bash .ci/install.d/kafka.sh) unless --bootstrap names a running broker, and
+clickhouse-server (bash .ci/install.d/clickhouse.sh).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +47,9 @@ from msgspec.structs import replace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from baseline import module_at  # noqa: E402
+from bench_server_store import server_1816_ddl, start_server  # noqa: E402
+
 from contracts import config as config_mod  # noqa: E402
 from contracts.schema import KINDS, topic_for  # noqa: E402
 from goodput.sim.cluster import SimConfig, scaled_config, simulate  # noqa: E402
@@ -53,6 +58,7 @@ from pipeline import ddl, validate  # noqa: E402
 from pipeline.chdb_store import ChdbStore  # noqa: E402
 from pipeline.loader import Loader, _expected_kind, cycle_collector_paused, limits_from_config  # noqa: E402
 from pipeline.loader_service import LoaderService  # noqa: E402
+from pipeline.server_store import ServerStore  # noqa: E402
 from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings, ensure_topics  # noqa: E402
 
 
@@ -175,18 +181,6 @@ def service_end_to_end(bootstrap: str, prefix: str, cfg, store) -> dict:
     }
 
 
-def load_baseline(rev: str):
-    """pipeline/validate.py as it was at `rev`, imported under another name."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:pipeline/validate.py"], check=True, capture_output=True
-    ).stdout
-    spec = importlib.util.spec_from_loader("validate_baseline", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    exec(compile(source, f"{rev}:pipeline/validate.py", "exec"), module.__dict__)
-    return module
-
-
 def _decode_rows(module, records, limits, prefix: str) -> int:
     envs = [module.decode(r.value, limits, _expected_kind(r.topic, prefix)) for r in records]
     tables, _ = module.to_tables(
@@ -226,11 +220,17 @@ def fetch_all(bootstrap: str, prefix: str, expected: int) -> tuple[list, float]:
     return out, cpu
 
 
-def insert_only(records, cfg, prefix: str, workdir: Path) -> float:
-    """Process CPU seconds (chDB's threads included) to insert the records' tables into a fresh store."""
+def decoded_tables(records, cfg, prefix: str) -> dict:
+    """The records as the loader hands them to a store: one Arrow table per kind."""
     limits = limits_from_config(cfg)
     envs = [validate.decode(r.value, limits, _expected_kind(r.topic, prefix)) for r in records]
     tables, _ = validate.to_tables(envs, int(time.time() * 1000), limits)
+    return tables
+
+
+def insert_only(records, cfg, prefix: str, workdir: Path) -> float:
+    """Process CPU seconds (chDB's threads included) to insert the records' tables into a fresh store."""
+    tables = decoded_tables(records, cfg, prefix)
     with ChdbStore(workdir) as store:
         ddl.migrate(store)
         t = time.process_time()
@@ -239,7 +239,25 @@ def insert_only(records, cfg, prefix: str, workdir: Path) -> float:
         return time.process_time() - t
 
 
-def measure(bootstrap: str, scaled, msgs: list, tmp: Path) -> dict:
+def server_insert_only(records, cfg, prefix: str, server: ServerStore) -> float:
+    """The loader process's CPU seconds (best of 3) to insert the records' tables into the ClickHouse
+    server the tests start, in the raw tables as that server's SQL has them
+    (bench_server_store.server_1816_ddl): turning Arrow into the driver's columns and the driver's
+    serialisation; the server's own work runs in its own process."""
+    tables = decoded_tables(records, cfg, prefix)
+    best = float("inf")
+    for _ in range(3):
+        for kind in tables:
+            server.execute(f"DROP TABLE IF EXISTS raw_{kind}")
+            server.execute(server_1816_ddl(kind))
+        t = time.process_time()
+        for kind, table in tables.items():
+            server.insert_arrow(f"raw_{kind}", table)
+        best = min(best, time.process_time() - t)
+    return best
+
+
+def measure(bootstrap: str, scaled, msgs: list, tmp: Path, server: ServerStore) -> dict:
     """Every measurement of one version's records: the loop, the service, and each phase alone."""
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     produced_s = produce(bootstrap, prefix, msgs)
@@ -266,6 +284,7 @@ def measure(bootstrap: str, scaled, msgs: list, tmp: Path) -> dict:
         "insert_cpu": min(
             insert_only(records, scaled, prefix, tmp / f"{prefix}-insert{i}") for i in range(3)
         ),
+        "server_insert_cpu": server_insert_only(records, scaled, prefix, server),
         "records": records,
         "prefix": prefix,
     }
@@ -309,9 +328,15 @@ def report(version: int, m: dict) -> None:
     for name, sec in alone.items():
         print(f"{name:18} {sec:7.2f} {sec / sum(alone.values()):6.1%} {rows / sec:12,.0f}")
     print(f"{'all three':18} {sum(alone.values()):7.2f} {'':6} {rows / sum(alone.values()):12,.0f}")
+    own = m["fetch_cpu"] + m["decode_cpu"]
+    print(f"{'fetch + decode':18} {own:7.2f} {'':6} {rows / own:12,.0f}")
     print(
-        f"{'fetch + decode':18} {m['fetch_cpu'] + m['decode_cpu']:7.2f} {'':6} "
-        f"{rows / (m['fetch_cpu'] + m['decode_cpu']):12,.0f}  (a loader core's own work with a server store)"
+        f"{'server insert':18} {m['server_insert_cpu']:7.2f} {'':6} {rows / m['server_insert_cpu']:12,.0f}"
+        "  (into ClickHouse 18.16: the loader's side only)"
+    )
+    print(
+        f"{'fetch+decode+server':18} {own + m['server_insert_cpu']:7.2f} {'':6} "
+        f"{rows / (own + m['server_insert_cpu']):12,.0f}  (a loader core's work with a server store)"
     )
 
 
@@ -338,14 +363,18 @@ def main() -> None:
         tmp = Path(tmp)
         broker = None if args.bootstrap else start_broker(tmp / "kafka")
         bootstrap = args.bootstrap or broker.bootstrap
+        clickhouse, config = start_server(tmp / "clickhouse")
+        server = ServerStore(config)
         try:
             scaled, by_version = workload(args.gpus, args.hours, versions)
             print(
                 f"workload: {args.gpus} simulated GPUs x {args.hours:g} h, the same batches in each of "
                 f"versions {versions}"
             )
-            results = {v: measure(bootstrap, scaled, by_version[v], tmp) for v in versions}
+            results = {v: measure(bootstrap, scaled, by_version[v], tmp, server) for v in versions}
         finally:
+            server.close()
+            clickhouse.stop()
             if broker is not None:
                 broker.stop()
     from kafka.record import util as kafka_record_util
@@ -368,6 +397,9 @@ def main() -> None:
         "fetch + decode + insert alone": lambda m: (
             rows / (m["fetch_cpu"] + m["decode_cpu"] + m["insert_cpu"])
         ),
+        "fetch + decode + server insert alone": lambda m: (
+            rows / (m["fetch_cpu"] + m["decode_cpu"] + m["server_insert_cpu"])
+        ),
         "the bench's loop, end to end": lambda m: rows / m["loop"]["cpu"],
         "LoaderService, end to end": lambda m: m["service"]["rows"] / m["service"]["cpu"],
     }
@@ -379,7 +411,11 @@ def main() -> None:
     if args.baseline:
         limits = limits_from_config(scaled)
         before, n0 = decode_only(
-            load_baseline(args.baseline), base["records"], limits, base["prefix"], paused=False
+            module_at(args.baseline, "pipeline/validate.py"),
+            base["records"],
+            limits,
+            base["prefix"],
+            paused=False,
         )
         print(
             f"\ndecode/validate of version {versions[0]}'s records by {args.baseline}'s validator, cycle "
