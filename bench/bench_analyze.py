@@ -133,12 +133,14 @@ def _job_events(cfg: config_mod.Config, jobs: list[dict]) -> list[tuple[str, byt
     return batches
 
 
-BUILD_SETTINGS = "SETTINGS optimize_on_insert = 0, max_insert_threads = 2"
+BUILD_SETTINGS = "SETTINGS optimize_on_insert = 0, max_insert_threads = 2, parallel_view_processing = 1"
 """The samples' inserts. optimize_on_insert = 0: ReplacingMergeTree would otherwise collapse each block's
 duplicate keys as it writes the part, which took 6x the time of the rest of the insert (256 GPUs x 6 h,
 raw_gpu: 21.2 s against 3.4 s) and finds nothing here, where every (node, device, second) is generated
 once. numbers_mt and two insert threads: both cores generate and write; the rows do not depend on the
-order in which they are made (each is a function of its number)."""
+order in which they are made (each is a function of its number). parallel_view_processing: without it
+the rollup view runs after the raw write on one core, and the GPU insert spends half its time there
+(512 GPUs x 12 h: GPU 17.8 -> 12.7 s; docs/performance.md)."""
 
 
 def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, seconds: int) -> list[str]:
