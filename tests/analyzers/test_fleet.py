@@ -389,12 +389,14 @@ def _idle_stretches(
     return sorted(out)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_idle_stretches_follow_the_per_second_definition_whatever_the_rows(sc, seed):
+@pytest.mark.parametrize("seed, after_s", [(1, 60), (2, 60), (3, 60), (1, 11)])
+def test_idle_stretches_follow_the_per_second_definition_whatever_the_rows(sc, seed, after_s):
     """Idle runs of 20-200 s between bursts of activity, a sample in 20 missing, values at exactly 1 % and
     just above, the allocation's ends inside windows, and each window's samples stored by two inserts
-    (even seconds, then odd ones): the rows the rollup holds before it merges them interleave."""
-    configured(sc, idle_reclaim_after_s=60.0)
+    (even seconds, then odd ones): the rows the rollup holds before it merges them interleave. Also with
+    the shortest stretch the config takes (a window and a second), which a window next to itself, as
+    two rows of the rollup, would reach."""
+    configured(sc, idle_reclaim_after_s=float(after_s))
     rng = random.Random(seed)
     a0, a1, horizon = 3.4, 1797.3, 1800
     level: dict[tuple[int, int], float | None] = {}
@@ -420,7 +422,7 @@ def test_idle_stretches_follow_the_per_second_definition_whatever_the_rows(sc, s
     for (s, g), pct in level.items():
         if pct is not None and 0 < s <= horizon:
             samples[g].append((ms(s) - 1, pct))
-    want = _idle_stretches(samples, ms(a0), ms(a1), 60_000)
+    want = _idle_stretches(samples, ms(a0), ms(a1), after_s * 1000)
     assert len(want) >= 4
     got = table(
         sc,
