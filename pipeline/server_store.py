@@ -262,6 +262,8 @@ class ServerStore:
                 continue  # the server stores NULL for it: no null map and no values to send
             names.append(name)
             columns.append(_driver_column(col))
+        if not names:  # every column null: one of them still carries the block's rows
+            names, columns = data.column_names[:1], [_driver_column(data.column(0))]
         cols = ", ".join(f"`{c}`" for c in names)
         self._call(
             f"INSERT INTO {table} ({cols}) VALUES",
@@ -269,10 +271,9 @@ class ServerStore:
         )
 
     def _types(self, table: str) -> dict[str, tuple[str, str]]:
-        """(type, default kind) of each column of `table`, read once per store: how insert_arrow hands
-        each column to the driver, and which all-null columns it may leave out. A column added later
-        (a migration while the store is open) is missing here, so it is sent as it comes (its nulls
-        included), which is always correct."""
+        """(type, default kind) of each column of `table`, read once per store: which all-null columns
+        insert_arrow may leave out. A column added later (a migration while the store is open) is
+        missing here, so it is sent as it comes (its nulls included), which is always correct."""
         if table not in self._column_types:
             database, _, name = table.rpartition(".")
             where = f"database = '{database}'" if database else "database = currentDatabase()"

@@ -154,6 +154,13 @@ def test_a_null_column_with_a_default_gets_the_nulls_not_the_default(store):
     assert got == [{"id": 1, "k": None, "f": None}, {"id": 2, "k": None, "f": None}]
 
 
+def test_a_block_null_in_every_column_keeps_its_rows(store):
+    name = _table(store, "a Nullable(Int64), b Nullable(Float32), n UInt8 DEFAULT 1", "n")
+    store.insert_arrow(name, pa.table({"a": pa.nulls(3, pa.int64()), "b": pa.nulls(3, pa.float32())}))
+    got = store.query_arrow(f"SELECT count() AS rows, countIf(isNull(a) AND isNull(b)) AS nulls FROM {name}")
+    assert got.to_pylist() == [{"rows": 3, "nulls": 3}]
+
+
 def test_query_arrow_maps_clickhouse_types(store):
     got = store.query_arrow(
         "SELECT toInt8(-1) AS i8, toUInt32(7) AS u32, toInt64(-5) AS i64, "
