@@ -59,17 +59,11 @@ def server_1816_ddl(kind: str) -> str:
 def start_server(workdir: Path):
     """The test suite's server class, started outside pytest; returns (server, store config)."""
     from tests.fixtures import clickhouse as fixture
-    from tests.fixtures.server_process import free_ports
 
     binary = fixture.find_binary()
     if binary is None:
         raise SystemExit("clickhouse-server not found: run `bash .ci/install.d/clickhouse.sh`")
-    tcp, tcp_secure, http = free_ports(3)
-    server = fixture.ClickHouseServer(
-        binary=binary, workdir=workdir, tcp_port=tcp, tcp_secure_port=tcp_secure, http_port=http
-    )
-    server.configure()
-    server.start()
+    server = fixture.start_server(binary, workdir)
     os.environ[fixture.PASSWORD_ENV] = fixture.PASSWORD
     return server, server.store_config()
 
