@@ -523,16 +523,21 @@ class TransportConfig(Table, frozen=True):
 
 DEFAULT_PORT = 9000
 DEFAULT_SECURE_PORT = 9440
+DEFAULT_HTTP_PORT = 8123
+DEFAULT_HTTPS_PORT = 8443
 
 
 class StoreServerConfig(Table, frozen=True):
-    """`[store.server]`: a ClickHouse server over the native protocol (docs/clickhouse-server.md)."""
+    """`[store.server]`: a ClickHouse server over the native protocol, inserts over HTTP
+    (docs/clickhouse-server.md)."""
 
     _secret_keys: ClassVar[dict[str, str]] = {"password": "password_env"}
 
     host: str = "localhost"
     port: Annotated[int, Meta(ge=0, le=65535)] = 0
     """0: 9000, or 9440 when `secure`."""
+    http_port: Annotated[int, Meta(ge=0, le=65535)] = 0
+    """The server's HTTP port, which inserts use (pipeline/http_insert.py); 0: 8123, or 8443 when `secure`."""
     database: Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = "default"
     """A plain identifier: it is written into the DDL unquoted."""
     user: str = "default"
@@ -553,6 +558,10 @@ class StoreServerConfig(Table, frozen=True):
     @property
     def effective_port(self) -> int:
         return self.port or (DEFAULT_SECURE_PORT if self.secure else DEFAULT_PORT)
+
+    @property
+    def effective_http_port(self) -> int:
+        return self.http_port or (DEFAULT_HTTPS_PORT if self.secure else DEFAULT_HTTP_PORT)
 
     @property
     def address(self) -> str:

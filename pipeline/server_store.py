@@ -1,8 +1,11 @@
-"""The ClickHouse-server store: the Store interface of pipeline/store.py over the native protocol.
+"""The ClickHouse-server store: the Store interface of pipeline/store.py, queries over the native
+protocol and inserts over HTTP.
 
-Why clickhouse-driver (native TCP, port 9000/9440) rather than HTTP: inserts travel as columnar blocks,
-LZ4-compressed, built from NumPy arrays without a text format in between, and query results come back
-as Arrow tables (the driver assembles them from the same blocks).
+Queries go through clickhouse-driver (native TCP, port 9000/9440), which reads results into Arrow
+tables vectorised. Inserts go to the HTTP port (8123/8443) as Native blocks that goodput encodes
+itself (pipeline/native_format.py, pipeline/http_insert.py), LZ4-compressed: the driver's insert writes
+Nullable and LowCardinality columns value by value in Python, which bounded a loader core at ~0.65 M
+rows/s; the encoder writes each column in one vectorised pass (docs/clickhouse-server.md).
 
 Failures and retries: a server restarted mid-load must not lose data, so every statement is retried
 `retries` times with a doubling backoff (0.5 s up to 8 s) on network errors and on the few server
@@ -33,6 +36,8 @@ import pyarrow as pa
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from contracts.config import ConfigError, StoreServerConfig
+from pipeline import native_format
+from pipeline.http_insert import HttpInserter
 from pipeline.store import DEDUP_VIEWS, NO_COLLAPSE_AT_INSERT, Params, StoreError, first_line
 
 log = logging.getLogger("goodput.store.server")
@@ -75,56 +80,9 @@ class _Transient(Exception):
     failed, for the log line and the final StoreError."""
 
 
-def _driver_column(col: pa.ChunkedArray):
-    """One Arrow column in the form clickhouse-driver's NumPy columns write without per-value Python
-    work where the type allows:
-    - numbers as NumPy arrays; timestamps as a UTC DatetimeIndex (the driver scales it to each
-      DateTime/DateTime64 column; NaT is NULL);
-    - strings as object arrays, dictionaries decoded first (NumPy's view of a dictionary array gives
-      each null the value its index happens to point at);
-    - lists as object arrays of Python lists (the driver has no NumPy Array column);
-    - integers, booleans and floats with nulls as object arrays with None: NumPy has no null for
-      integers, a float detour would lose int64 precision, and the driver's float column tells a
-      null only by `is None` (a NaN is stored as NaN, not NULL)."""
-    import numpy as np
-    import pandas as pd
-
-    t = col.type
-    if pa.types.is_dictionary(t):
-        col, t = col.cast(t.value_type), t.value_type
-    if pa.types.is_timestamp(t):
-        index = pd.DatetimeIndex(col.to_pandas())
-        return index.tz_localize("UTC") if index.tz is None else index
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        # fromiter keeps one Python object per row (np.array would turn equal-length lists into 2-D).
-        return np.fromiter(col.to_pylist(), dtype=object, count=len(col))
-    if col.null_count and (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
-        values = col.fill_null(pa.scalar(False if pa.types.is_boolean(t) else 0, t)).to_numpy().astype(object)
-        values[col.is_null().to_numpy()] = None
-        return values
-    return col.to_numpy()
-
-
 def _null_by_default(ch_type: str, default_kind: str) -> bool:
     """Whether leaving a column out of an insert stores NULL in it: a Nullable column without DEFAULT."""
     return not default_kind and ch_type.startswith(("Nullable(", "LowCardinality(Nullable("))
-
-
-class _QuietArrayFallback(logging.Filter):
-    """The driver warns on every insert with an Array column that NumPy mode falls back to its generic
-    column for it. That is expected here (lists are handed over as lists) and would only bury real
-    warnings, so exactly that message is dropped."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (
-            str(record.msg).startswith("NumPy support is not implemented for")
-            and isinstance(record.args, tuple)
-            and bool(record.args)
-            and str(record.args[0]).startswith("Array(")
-        )
-
-
-logging.getLogger("clickhouse_driver.columns.service").addFilter(_QuietArrayFallback())
 
 
 def _server_message(e) -> str:
@@ -175,6 +133,7 @@ class ServerStore:
             client_name="goodput",
             settings=settings,
         )
+        self._http = HttpInserter(config, password)
         self._token_warned = False
         self._column_types: dict[str, dict[str, tuple[str, str]]] = {}
         version, has_token, has_no_collapse = self._call(
@@ -232,13 +191,13 @@ class ServerStore:
         return self._call(sql, lambda s: self._client.query_arrow(s, params, field_metadata=False))
 
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
-        """Columnar insert of `data` (one block up to 1,048,576 rows, so one part: all or nothing).
+        """Columnar insert of `data`: one Native block over HTTP, so one part, all or nothing.
 
         `dedup_token` goes to the server as insert_deduplication_token where the server knows that
         setting; older servers get the rows without it (logged once) and rely on the loader's ledger."""
         if data.num_rows == 0:
             return
-        settings: dict[str, bool | str] = {"use_numpy": True}
+        settings: dict[str, object] = {"insert_distributed_sync": 1} if self.cluster else {}
         if self.supports_no_collapse:
             settings[NO_COLLAPSE_AT_INSERT] = False
         if dedup_token:
@@ -255,26 +214,28 @@ class ServerStore:
                     self.address,
                 )
         types = self._types(table)
-        names, columns = [], []
-        for name, col in zip(data.column_names, data.columns, strict=True):
-            ch_type, default_kind = types.get(name, ("", ""))
-            if col.null_count == len(col) and _null_by_default(ch_type, default_kind):
-                continue  # the server stores NULL for it: no null map and no values to send
-            names.append(name)
-            columns.append(_driver_column(col))
-        if not names:  # every column null: one of them still carries the block's rows
-            names, columns = data.column_names[:1], [_driver_column(data.column(0))]
+        if not set(data.column_names) <= types.keys():  # a column added since: read the table again
+            types = self._types(table, refresh=True)
+        names = [
+            name
+            for name, col in zip(data.column_names, data.columns, strict=True)
+            # an all-null column the server stores as NULL anyway: no null map and no values to send
+            if not (col.null_count == len(col) and _null_by_default(*types.get(name, ("", ""))))
+        ] or data.column_names[:1]  # every column null: one of them still carries the block's rows
+        try:
+            body = native_format.encode(data.select(names), {n: t for n, (t, _) in types.items()})
+        except native_format.UnsupportedType as e:
+            raise StoreError(f"cannot insert into {table} at {self.address}: {e}") from None
         cols = ", ".join(f"`{c}`" for c in names)
         self._call(
-            f"INSERT INTO {table} ({cols}) VALUES",
-            lambda s: self._client.execute(s, columns, columnar=True, settings=settings),
+            f"INSERT INTO {table} ({cols}) FORMAT Native", lambda s: self._http.insert(s, body, settings)
         )
 
-    def _types(self, table: str) -> dict[str, tuple[str, str]]:
-        """(type, default kind) of each column of `table`, read once per store: which all-null columns
-        insert_arrow may leave out. A column added later (a migration while the store is open) is
-        missing here, so it is sent as it comes (its nulls included), which is always correct."""
-        if table not in self._column_types:
+    def _types(self, table: str, refresh: bool = False) -> dict[str, tuple[str, str]]:
+        """(type, default kind) of each column of `table`, read once per store (and again when an insert
+        names a column added since): the types insert_arrow writes, and which all-null columns it may
+        leave out."""
+        if refresh or table not in self._column_types:
             database, _, name = table.rpartition(".")
             where = f"database = '{database}'" if database else "database = currentDatabase()"
             rows = self.query_arrow(
@@ -312,7 +273,8 @@ class ServerStore:
             raise StoreError(
                 f"ClickHouse at {self.address} did not answer [{first_line(sql)}] after {attempts} attempts "
                 f"over {time.monotonic() - started:.1f} s (last: {last}). Check that clickhouse-server runs "
-                f"and listens there (host/port/secure in [store.server]; 9000 plain, 9440 TLS), and its "
+                f"and listens there (host/port/secure in [store.server]: 9000 plain, 9440 TLS; inserts go to "
+                f"http_port: 8123 plain, 8443 TLS), and its "
                 f"error log (clickhouse-server.err.log). Nothing was committed, so retrying the same load is "
                 f"safe"
             ) from None
@@ -351,8 +313,8 @@ class ServerStore:
             if _is_tls_failure(e):
                 raise StoreError(
                     f"TLS with ClickHouse at {self.address} failed: {e}. Check [store.server].secure (the "
-                    f"server's TLS port, 9440 by default), ca_certs (the CA that signed the server's "
-                    f"certificate) and verify"
+                    f"server's TLS ports: 9440 native, 8443 HTTPS by default), ca_certs (the CA that signed "
+                    f"the server's certificate) and verify"
                 ) from None
             last = f"{type(e).__name__}: {e}"
             if sent and not retry_after_send:
@@ -380,6 +342,7 @@ class ServerStore:
         )
 
     def close(self) -> None:
+        self._http.close()
         self._client.disconnect()
 
     def __enter__(self) -> "ServerStore":

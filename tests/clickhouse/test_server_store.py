@@ -239,15 +239,63 @@ def test_server_error_names_the_statement_and_is_not_retried(store):
 
 
 def test_tls_with_the_servers_ca(clickhouse_server):
-    cfg = clickhouse_server.store_config(
-        port=clickhouse_server.tcp_secure_port, secure=True, ca_certs=str(clickhouse_server.ca_file)
-    )
+    """Queries over native TLS, inserts over HTTPS, both trusting the server's CA."""
+    cfg = clickhouse_server.store_config(secure=True, ca_certs=str(clickhouse_server.ca_file))
     with ServerStore(cfg) as s:
         assert s.query_arrow("SELECT 42 AS n").column("n")[0].as_py() == 42
+        name = _table(s, "n UInt32", "n")
+        s.insert_arrow(name, pa.table({"n": pa.array([4, 2], pa.uint32())}))
+        assert s.query_arrow(f"SELECT sum(n) AS n FROM {name}")["n"][0].as_py() == 6
+
+
+@pytest.mark.parametrize("compression", ["lz4", "lz4hc", "none"])
+def test_inserts_arrive_whole_with_each_compression(clickhouse_server, compression):
+    """More than one compressed chunk (1 MiB each) of strings and numbers, each way the config allows."""
+    n = 60_000
+    data = pa.table(
+        {"id": pa.array(range(n), pa.int64()), "s": [f"node-{i:06d}-{'x' * (i % 40)}" for i in range(n)]}
+    )
+    with ServerStore(clickhouse_server.store_config(compression=compression)) as s:
+        name = _table(s, "id Int64, s String", "id")
+        s.insert_arrow(name, data)
+        assert s.query_arrow(f"SELECT id, s FROM {name} ORDER BY id").to_pydict() == data.to_pydict()
+
+
+def test_an_insert_the_server_refuses_is_a_store_error_with_its_code(store):
+    name = _table(store, "n UInt32", "n")
+    store.insert_arrow(name, pa.table({"n": pa.array([1], pa.uint32())}))  # its columns are now known
+    store.execute(f"DROP TABLE {name}")
+    with pytest.raises(StoreError) as e:
+        store.insert_arrow(name, pa.table({"n": pa.array([2], pa.uint32())}))
+    msg = str(e.value)
+    assert f"INSERT INTO {name}" in msg and "code 60" in msg and "refused" in msg  # UNKNOWN_TABLE
+
+
+def test_a_column_the_table_lacks_is_refused_naming_it(store):
+    name = _table(store, "n UInt32", "n")
+    extra = pa.table({"n": pa.array([1], pa.uint32()), "m": pa.array([1], pa.uint32())})
+    with pytest.raises(
+        StoreError, match=f"cannot insert into {name} .*column 'm' is not in the target table"
+    ):
+        store.insert_arrow(name, extra)
+
+
+def test_a_wrong_http_port_fails_after_the_retries_naming_it(clickhouse_server):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with ServerStore(clickhouse_server.store_config(http_port=port, retries=1)) as s:
+        name = _table(s, "n UInt32", "n")  # queries still work: they use the native port
+        with pytest.raises(StoreError) as e:
+            s.insert_arrow(name, pa.table({"n": pa.array([1], pa.uint32())}))
+    msg = str(e.value)
+    assert f"HTTP 127.0.0.1:{port}" in msg and "after 2 attempts" in msg and "http_port" in msg
 
 
 def test_tls_without_trusting_the_ca_fails_at_once_with_what_to_check(clickhouse_server):
-    cfg = clickhouse_server.store_config(port=clickhouse_server.tcp_secure_port, secure=True, retries=5)
+    cfg = clickhouse_server.store_config(secure=True, retries=5)
     with pytest.raises(StoreError, match="TLS with ClickHouse .* ca_certs") as e:
         ServerStore(cfg)
     assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
