@@ -8,11 +8,11 @@ Then this one process consumes them as the loader service does (KafkaConsumerTra
 
   fetch            KafkaConsumerTransport.poll: kafka-python's network, zstd and record parsing
   decode/validate  Loader.load's decode_s: parse, seq dedup, pipeline.validate → Arrow
-  insert           Loader.load's insert_s: chDB inserts (raw tables, ledger)
+  insert           Loader.load's insert_s: the store's inserts (raw tables, ledger)
   commit           offset commits
 
-and, alone, the same tables inserted into the ClickHouse server the tests start (bench_server_store.py),
-counting the loader process's CPU only: a loader core's work with a server store.
+and the same loop into the ClickHouse server the tests start (bench_server_store.py: Debian's 18.16, in
+its own process), counting the loader process's CPU only: a loader core's work with a server store.
 
 "per core" divides rows by the CPU seconds of the whole process (every thread: kafka-python's network
 thread and chDB's background merges too), so a phase that runs on other threads does not flatter it.
@@ -48,8 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from baseline import module_at  # noqa: E402
-from bench_server_store import server_1816_ddl, start_server  # noqa: E402
+from bench_server_store import server_1816_ddl, server_1816_sql, start_server  # noqa: E402
 
+from contracts import catalog  # noqa: E402
 from contracts import config as config_mod  # noqa: E402
 from contracts.schema import KINDS, topic_for  # noqa: E402
 from goodput.sim.cluster import SimConfig, scaled_config, simulate  # noqa: E402
@@ -239,17 +240,25 @@ def insert_only(records, cfg, prefix: str, workdir: Path) -> float:
         return time.process_time() - t
 
 
+def fresh_server_tables(server: ServerStore) -> None:
+    """The tables the loader writes, empty, as the test server's SQL has them (bench_server_store)."""
+    for kind in KINDS:
+        server.execute(f"DROP TABLE IF EXISTS raw_{kind}")
+        server.execute(server_1816_ddl(kind))
+    for table in (catalog.INGESTED_BATCHES, catalog.DEAD_LETTERS):
+        server.execute(f"DROP TABLE IF EXISTS {table}")
+        server.execute(server_1816_sql(ddl.FIXED_TABLES[table]))
+
+
 def server_insert_only(records, cfg, prefix: str, server: ServerStore) -> float:
     """The loader process's CPU seconds (best of 3) to insert the records' tables into the ClickHouse
     server the tests start, in the raw tables as that server's SQL has them
-    (bench_server_store.server_1816_ddl): turning Arrow into the driver's columns and the driver's
-    serialisation; the server's own work runs in its own process."""
+    (bench_server_store.server_1816_ddl): encoding Arrow as Native blocks and sending them; the
+    server's own work runs in its own process."""
     tables = decoded_tables(records, cfg, prefix)
     best = float("inf")
     for _ in range(3):
-        for kind in tables:
-            server.execute(f"DROP TABLE IF EXISTS raw_{kind}")
-            server.execute(server_1816_ddl(kind))
+        fresh_server_tables(server)
         t = time.process_time()
         for kind, table in tables.items():
             server.insert_arrow(f"raw_{kind}", table)
@@ -267,6 +276,12 @@ def measure(bootstrap: str, scaled, msgs: list, tmp: Path, server: ServerStore) 
     with ChdbStore(tmp / f"{prefix}-svc") as store:
         ddl.migrate(store)
         service = service_end_to_end(bootstrap, prefix, scaled, store)
+    fresh_server_tables(server)
+    server_loop = consume_and_load(bootstrap, prefix, scaled, server, len(msgs))
+    stored = sum(
+        server.query_arrow(f"SELECT count() AS n FROM raw_{kind}").column("n")[0].as_py() for kind in KINDS
+    )
+    assert stored == server_loop["rows"] == loop["rows"], (stored, server_loop["rows"], loop["rows"])
     fetches = [fetch_all(bootstrap, prefix, len(msgs)) for _ in range(3)]
     records = fetches[0][0]
     limits = limits_from_config(scaled)
@@ -277,6 +292,7 @@ def measure(bootstrap: str, scaled, msgs: list, tmp: Path, server: ServerStore) 
         "zstd_bytes": sum(len(zstandard.ZstdCompressor().compress(v)) for *_, v in msgs),
         "produced_s": produced_s,
         "loop": loop,
+        "server_loop": server_loop,
         "service": service,
         "fetch_cpu": min(cpu for _, cpu in fetches),
         "decode_cpu": decode_paused,
@@ -317,6 +333,12 @@ def report(version: int, m: dict) -> None:
         "on a busy machine)."
     )
     print(f"rows/s per core (rows / process CPU s): {rows / r['cpu']:,.0f}")
+    sl = m["server_loop"]
+    print(
+        f"The same loop into the ClickHouse server (18.16, its own process): {sl['rows']:,} rows, "
+        f"{sl['rows'] / sl['wall']:,.0f} rows/s wall, {sl['rows'] / sl['cpu']:,.0f} rows per loader CPU-s "
+        f"(insert {sl['insert']:.2f} s of {sl['wall']:.2f} s)"
+    )
     print(
         "LoaderService end to end (goodput ingest --until-caught-up, incl. group join and the final "
         f"lag check): {s['rows']:,} rows, {s['rows'] / s['wall']:,.0f} rows/s wall, "
@@ -401,6 +423,7 @@ def main() -> None:
             rows / (m["fetch_cpu"] + m["decode_cpu"] + m["server_insert_cpu"])
         ),
         "the bench's loop, end to end": lambda m: rows / m["loop"]["cpu"],
+        "the loop into the server, end to end": lambda m: rows / m["server_loop"]["cpu"],
         "LoaderService, end to end": lambda m: m["service"]["rows"] / m["service"]["cpu"],
     }
     print(f"{'':32}" + "".join(f"{'v' + str(v):>12}{'ratio':>7}" for v in versions))
