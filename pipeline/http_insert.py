@@ -86,21 +86,37 @@ class HttpInserter:
         url = "/?" + urllib.parse.urlencode(
             {k: int(v) if isinstance(v, bool) else v for k, v in params.items()}
         )
+        try:
+            status, text = self._exchange(url, body)
+        except (OSError, http.client.HTTPException) as e:  # refused, cut off, timed out, TLS
+            raise ConnectionError(f"HTTP {self.address}: {type(e).__name__}: {e}") from None
+        if status != 200:
+            message = text.decode(errors="replace").strip()
+            code = _CODE.search(message)
+            raise errors.ServerException(f"HTTP {status}: {message}", int(code[1]) if code else 0)
+
+    def _exchange(self, url: str, body: bytes) -> tuple[int, bytes]:
+        """One POST and its answer. A kept-alive connection that the server closed meanwhile (idle past
+        its keep_alive_timeout, 3-10 s by default) fails at once on the next request; that request is
+        sent again on a new connection, as HTTP clients do, not left to the store's retry (a wait and a
+        warning after every quiet spell)."""
+        reused = self._conn is not None
+        try:
+            return self._post(url, body)
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            if not reused:
+                raise
+            return self._post(url, body)
+
+    def _post(self, url: str, body: bytes) -> tuple[int, bytes]:
         conn = self._connection()
         try:
             conn.request("POST", url, body=body, headers=self._headers)
             response = conn.getresponse()
-            text = response.read()
-        except (OSError, http.client.HTTPException) as e:  # refused, cut off, timed out, TLS: spent
-            self.close()
-            raise ConnectionError(f"HTTP {self.address}: {type(e).__name__}: {e}") from None
-        except BaseException:  # interrupted mid-request: never reuse a half-sent connection
+            return response.status, response.read()
+        except BaseException:  # the connection is spent, or half-sent if interrupted: never reuse it
             self.close()
             raise
-        if response.status != 200:
-            message = text.decode(errors="replace").strip()
-            code = _CODE.search(message)
-            raise errors.ServerException(f"HTTP {response.status}: {message}", int(code[1]) if code else 0)
 
     def close(self) -> None:
         if self._conn is not None:

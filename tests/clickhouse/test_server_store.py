@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import uuid
 
 import pyarrow as pa
@@ -259,6 +260,19 @@ def test_inserts_arrive_whole_with_each_compression(clickhouse_server, compressi
         name = _table(s, "id Int64, s String", "id")
         s.insert_arrow(name, data)
         assert s.query_arrow(f"SELECT id, s FROM {name} ORDER BY id").to_pydict() == data.to_pydict()
+
+
+def test_an_insert_after_the_server_closed_the_idle_connection_goes_through_quietly(store, caplog):
+    """The test server closes a kept-alive HTTP connection after 1 s idle (keep_alive_timeout; 3-10 s
+    by default): the next insert is sent again on a new connection, not retried after a wait and a
+    warning."""
+    caplog.set_level(logging.WARNING, logger="goodput.store.server")
+    name = _table(store, "n UInt32", "n")
+    for n in (1, 2):
+        store.insert_arrow(name, pa.table({"n": pa.array([n], pa.uint32())}))
+        time.sleep(1.5)
+    assert store.query_arrow(f"SELECT sum(n) AS n FROM {name}")["n"][0].as_py() == 3
+    assert caplog.records == []
 
 
 def test_an_insert_the_server_refuses_is_a_store_error_with_its_code(store):
