@@ -20,9 +20,11 @@ from __future__ import annotations
 import base64
 import http.client
 import re
+import socket
 import ssl
 import struct
 import urllib.parse
+from typing import cast
 
 import lz4.block
 from clickhouse_cityhash.cityhash import CityHash128
@@ -62,20 +64,26 @@ class HttpInserter:
         self._conn: http.client.HTTPConnection | None = None
 
     def _connection(self) -> http.client.HTTPConnection:
+        """The open connection, connected within connect_timeout_s; its reads and writes then wait up to
+        send_receive_timeout_s (http.client has one timeout for both)."""
+        c = self.config
         if self._conn is None:
-            c = self.config
             if c.secure:
                 context = ssl.create_default_context(cafile=c.ca_certs or None)
                 if not c.verify:
                     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
                 self._conn = http.client.HTTPSConnection(
-                    c.host, c.effective_http_port, timeout=c.send_receive_timeout_s, context=context
+                    c.host, c.effective_http_port, timeout=c.connect_timeout_s, context=context
                 )
             else:
                 self._conn = http.client.HTTPConnection(
-                    c.host, c.effective_http_port, timeout=c.send_receive_timeout_s
+                    c.host, c.effective_http_port, timeout=c.connect_timeout_s
                 )
-        return self._conn
+        conn = self._conn
+        if conn.sock is None:  # new, or closed by http.client after a `Connection: close` answer
+            conn.connect()
+            cast(socket.socket, conn.sock).settimeout(c.send_receive_timeout_s)
+        return conn
 
     def insert(self, query: str, body: bytes, settings: dict[str, object]) -> None:
         """POSTs `body` (Native) as `query` (INSERT INTO t (...) FORMAT Native) with `settings`."""
