@@ -759,7 +759,7 @@ FROM (
     SELECT w.jn AS jn, w.nn AS nn, w.wi AS wi, w.secs AS secs,
            g.sampled = 0 AND sp.ranks = 0 AS no_data,
            sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
-           in_episode AND w.node = sg.node AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
+           in_episode AND w.nn = sg.nn AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
            in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
            sg.episode AS episode,
            ifNull(sp.f_data, 0) AS f_data,
@@ -790,8 +790,7 @@ FROM (
                    st.why != '', st.why,
                    concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
                           '% of its threshold, risen with the stall)'), ''))) AS c_why
-    FROM (SELECT k.job_id AS job_id, k.node AS node, k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn,
-                 p.wi AS wi, p.secs AS secs
+    FROM (SELECT k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn, p.wi AS wi, p.secs AS secs
           FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot
           WHERE p.phase = 'run' AND p.nn % {parts} = {part}) AS w
     LEFT JOIN (SELECT slot, wi, sampled, l FROM tmp_loss WHERE nn % {parts} = {part}) AS g
@@ -799,13 +798,16 @@ FROM (
     LEFT JOIN (SELECT * FROM tmp_node_evidence WHERE nn % {parts} = {part}) AS e ON w.nn = e.nn AND w.wi = e.wi
     LEFT JOIN (SELECT * FROM tmp_evidence_base WHERE nn % {parts} = {part}) AS b ON w.jn = b.jn AND w.nn = b.nn
     LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
-    LEFT JOIN tmp_step_split AS sp ON w.job_id = sp.job_id AND w.wi = sp.wi
-    LEFT JOIN (SELECT sw.job_id AS job_id, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
+    LEFT JOIN (SELECT k.jn AS jn, s.* FROM tmp_step_split AS s
+               INNER JOIN tmp_job_numbers AS k ON s.job_id = k.job_id) AS sp ON w.jn = sp.jn AND w.wi = sp.wi
+    LEFT JOIN (SELECT j.jn AS jn, n.nn AS nn, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
                       sw.gpu AS gpu, e.episode AS episode, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
                FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
                    ON sw.job_id = e.job_id AND sw.src = e.src AND sw.rank = e.rank AND sw.node = e.node
-                      AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi) AS sg
-        ON w.job_id = sg.job_id AND w.wi = sg.wi
+                      AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi
+               INNER JOIN tmp_job_numbers AS j ON sw.job_id = j.job_id
+               LEFT JOIN tmp_node_numbers AS n ON sw.node = n.node) AS sg
+        ON w.jn = sg.jn AND w.wi = sg.wi
 )
 ;;
 -- 12. All categorised seconds per (job, node, window, category, evidence). A GPU with no samples at all
