@@ -7,22 +7,29 @@ from __future__ import annotations
 
 import datetime as dt
 
-import chdb
 import pyarrow as pa
 import pytest
 
 from pipeline import native_format
+from pipeline.chdb_store import ChdbStore
 
 UTC = dt.timezone.utc
 LONG = {n: "x" * n for n in (127, 128, 16_383, 16_384, 70_000)}
 """Lengths at each edge of the varint prefix's width (1, 2, 3 bytes)."""
 
 
-def _read_back(tmp_path, table: pa.Table, types: dict[str, str]) -> dict[str, list]:
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """chDB's engine, as the rest of the suite opens it (one embedded server per process at a time)."""
+    with ChdbStore(tmp_path_factory.mktemp("native-format")) as store:
+        yield store
+
+
+def _read_back(engine, tmp_path, table: pa.Table, types: dict[str, str]) -> dict[str, list]:
     path = tmp_path / "block.native"
     path.write_bytes(native_format.encode(table, types))
-    got = chdb.query(f"SELECT * FROM file('{path}', Native)", "ArrowTable")
-    described = chdb.query(f"DESCRIBE file('{path}', Native)", "ArrowTable").to_pydict()
+    got = engine.query_arrow(f"SELECT * FROM file('{path}', Native)")
+    described = engine.query_arrow(f"DESCRIBE file('{path}', Native)").to_pydict()
     assert dict(zip(described["name"], described["type"], strict=True)) == {
         c: types[c] for c in table.column_names
     }
@@ -93,12 +100,12 @@ CASES = [
 @pytest.mark.parametrize(
     ("ch_type", "values", "expected"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 )
-def test_each_type_reads_back_in_clickhouse(tmp_path, ch_type, values, expected):
-    got = _read_back(tmp_path, pa.table({"c": values}), {"c": ch_type})
+def test_each_type_reads_back_in_clickhouse(engine, tmp_path, ch_type, values, expected):
+    got = _read_back(engine, tmp_path, pa.table({"c": values}), {"c": ch_type})
     assert got["c"] == expected
 
 
-def test_a_block_of_many_columns_and_chunks(tmp_path):
+def test_a_block_of_many_columns_and_chunks(engine, tmp_path):
     """Columns in several chunks, sliced arrays (offsets not at 0): each row keeps its own values."""
     n = 5_000
     names = pa.chunked_array(
@@ -107,7 +114,7 @@ def test_a_block_of_many_columns_and_chunks(tmp_path):
     sliced = pa.array([None if i % 7 == 0 else f"j{i}" for i in range(n + 10)]).slice(10)
     table = pa.table({"id": pa.array(range(n), pa.int64()), "node": names, "job": sliced})
     types = {"id": "UInt32", "node": "LowCardinality(String)", "job": "Nullable(String)"}
-    got = _read_back(tmp_path, table, types)
+    got = _read_back(engine, tmp_path, table, types)
     assert got["id"] == list(range(n))
     assert got["node"] == names.to_pylist()
     assert got["job"] == sliced.to_pylist()
