@@ -28,6 +28,12 @@ def test_defaults_and_the_port_follows_secure():
     assert server({"secure": True, "port": 19440}).address == "localhost:19440"
 
 
+def test_the_http_port_for_inserts_follows_secure_too():
+    assert server({}).effective_http_port == 8123
+    assert server({"secure": True}).effective_http_port == 8443
+    assert server({"secure": True, "http_port": 18443}).effective_http_port == 18443
+
+
 def test_a_literal_password_is_refused_without_echoing_it():
     with pytest.raises(ConfigError, match="password_env") as e:
         server({"host": "ch1", "password": "hunter2-secret"})
@@ -44,6 +50,7 @@ def test_unknown_key_is_named_with_the_nearest_known_one():
     [
         ({"port": "9000"}, r"\[store.server\].port: expected int, got str"),
         ({"port": 70000}, r"port: expected int <= 65535, got 70000"),
+        ({"http_port": -1}, r"\[store.server\].http_port: expected int >= 0, got -1"),
         ({"secure": "yes"}, r"secure: expected bool"),
         ({"retries": True}, r"retries: expected int, got bool"),
         ({"retries": -1}, r"retries: expected int >= 0, got -1"),
