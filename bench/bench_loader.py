@@ -11,8 +11,9 @@ Then this one process consumes them as the loader service does (KafkaConsumerTra
   insert           Loader.load's insert_s: the store's inserts (raw tables, ledger)
   commit           offset commits
 
-and the same loop into the ClickHouse server the tests start (bench_server_store.py: Debian's 18.16, in
-its own process), counting the loader process's CPU only: a loader core's work with a server store.
+and the same loop, and LoaderService, into the ClickHouse server the tests start (bench_server_store.py:
+Debian's 18.16, in its own process), counting the loader process's CPU only: a loader core's work with
+a server store; the server is checked to hold every row.
 
 "per core" divides rows by the CPU seconds of the whole process (every thread: kafka-python's network
 thread and chDB's background merges too), so a phase that runs on other threads does not flatter it.
@@ -250,6 +251,13 @@ def fresh_server_tables(server: ServerStore) -> None:
         server.execute(server_1816_sql(ddl.FIXED_TABLES[table]))
 
 
+def server_rows(server: ServerStore) -> int:
+    """The raw rows the server holds."""
+    return sum(
+        server.query_arrow(f"SELECT count() AS n FROM raw_{kind}").column("n")[0].as_py() for kind in KINDS
+    )
+
+
 def server_insert_only(records, cfg, prefix: str, server: ServerStore) -> float:
     """The loader process's CPU seconds (best of 3) to insert the records' tables into the ClickHouse
     server the tests start, in the raw tables as that server's SQL has them
@@ -278,10 +286,10 @@ def measure(bootstrap: str, scaled, msgs: list, tmp: Path, server: ServerStore) 
         service = service_end_to_end(bootstrap, prefix, scaled, store)
     fresh_server_tables(server)
     server_loop = consume_and_load(bootstrap, prefix, scaled, server, len(msgs))
-    stored = sum(
-        server.query_arrow(f"SELECT count() AS n FROM raw_{kind}").column("n")[0].as_py() for kind in KINDS
-    )
-    assert stored == server_loop["rows"] == loop["rows"], (stored, server_loop["rows"], loop["rows"])
+    assert server_rows(server) == server_loop["rows"] == loop["rows"], (server_loop["rows"], loop["rows"])
+    fresh_server_tables(server)
+    server_service = service_end_to_end(bootstrap, prefix, scaled, server)
+    assert server_rows(server) == server_service["rows"] == loop["rows"], (server_service, loop["rows"])
     fetches = [fetch_all(bootstrap, prefix, len(msgs)) for _ in range(3)]
     records = fetches[0][0]
     limits = limits_from_config(scaled)
@@ -293,6 +301,7 @@ def measure(bootstrap: str, scaled, msgs: list, tmp: Path, server: ServerStore) 
         "produced_s": produced_s,
         "loop": loop,
         "server_loop": server_loop,
+        "server_service": server_service,
         "service": service,
         "fetch_cpu": min(cpu for _, cpu in fetches),
         "decode_cpu": decode_paused,
@@ -338,6 +347,11 @@ def report(version: int, m: dict) -> None:
         f"The same loop into the ClickHouse server (18.16, its own process): {sl['rows']:,} rows, "
         f"{sl['rows'] / sl['wall']:,.0f} rows/s wall, {sl['rows'] / sl['cpu']:,.0f} rows per loader CPU-s "
         f"(insert {sl['insert']:.2f} s of {sl['wall']:.2f} s)"
+    )
+    ss = m["server_service"]
+    print(
+        f"LoaderService into the server, end to end: {ss['rows']:,} rows, {ss['rows'] / ss['wall']:,.0f} "
+        f"rows/s wall, {ss['rows'] / ss['cpu']:,.0f} rows per loader CPU-s"
     )
     print(
         "LoaderService end to end (goodput ingest --until-caught-up, incl. group join and the final "
@@ -425,6 +439,7 @@ def main() -> None:
         "the bench's loop, end to end": lambda m: rows / m["loop"]["cpu"],
         "the loop into the server, end to end": lambda m: rows / m["server_loop"]["cpu"],
         "LoaderService, end to end": lambda m: m["service"]["rows"] / m["service"]["cpu"],
+        "LoaderService into the server": lambda m: m["server_service"]["rows"] / m["server_service"]["cpu"],
     }
     print(f"{'':32}" + "".join(f"{'v' + str(v):>12}{'ratio':>7}" for v in versions))
     for name, f in figures.items():
