@@ -22,9 +22,9 @@ day, and the reference, a bare `GROUP BY node, gpu, 10 s window` of SM activity 
 rows; with --raw also the analyzers reading every node's raw rows instead of the rollups (what they did
 before the rollups, and do for nodes with a clock offset or a duplicate); with --last SECONDS also the
 analysis of the data's last SECONDS, as the loader service runs it every few minutes; with --polars also
-the bare query in polars, over a Parquet copy of the same raw GPU columns (written once beside the store,
-not timed): the issue's polars baseline, for the reference query only (the classification itself is not
-written in polars). Printed: min /
+the issue's polars baseline, over Parquet copies of the same raw rows (written once beside the store, not
+timed): the bare query, and the classification's core (bench/polars_classify.py: goodput.sql 4-12 from
+the raw per-second rows), whose GPU-hours per category are checked against the analysis's. Printed: min /
 median / max seconds of each, the median CPU-seconds (user + system of the process: steadier than wall
 time on a shared machine), the ratios of medians, peak RSS, rows, and the time per statement of the last
 run.
@@ -44,6 +44,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import polars_classify  # noqa: E402
 
 from contracts import catalog  # noqa: E402
 from contracts import config as config_mod  # noqa: E402
@@ -269,7 +271,7 @@ def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False)
     if rebuild or not (path / MARKER).exists():
         if path.exists():
             subprocess.run(["rm", "-rf", str(path)], check=True)
-        parquet_path(path).unlink(missing_ok=True)  # the polars baseline's copy of the old rows
+        shutil.rmtree(parquet_dir(path), ignore_errors=True)  # the polars baseline's copy of the old rows
         print(f"building {path} ...", file=sys.stderr, flush=True)
         return build(path, gpus, hours)
     return json.loads((path / MARKER).read_text())
@@ -283,14 +285,24 @@ steps = []
 def peak_rss_mb():  # this process's own high-water mark: ru_maxrss would also count the parent's RSS
     # at the fork (Linux keeps it across exec), which after a build in the parent is the larger
     return int(next(x for x in open("/proc/self/status") if x.startswith("VmHWM:")).split()[1]) / 1024
-if {what!r} == "bare_polars":  # without chDB loaded, so the peak RSS is polars's own
+if {what!r}.endswith("_polars"):  # without chDB loaded, so the peak RSS is polars's own
+    from pathlib import Path
     import polars as pl
+    from contracts import config as config_mod
+    sys.path.insert(0, {bench!r})
+    import polars_classify
+    hours = {{}}
     t, cpu = time.perf_counter(), time.process_time()
-    window = (pl.col("ts").dt.epoch("ms") // 10_000).alias("w")
-    pl.scan_parquet({parquet!r}).group_by("node", "gpu", window).agg(pl.col("sm_active_pct").mean()).collect()
+    if {what!r} == "bare_polars":
+        window = pl.col("ts_ms") // 10_000
+        pl.scan_parquet({parquet!r} + "/raw_gpu.parquet").group_by("node", "gpu", window).agg(
+            pl.col("sm_active_pct").mean()).collect()
+    else:
+        hours = polars_classify.classify(Path({parquet!r}), config_mod.load().analyzer)
     took, cpu = time.perf_counter() - t, time.process_time() - cpu
     rss_mb = peak_rss_mb()
-    print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": True}}))
+    print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": True,
+                      "hours": hours}}))
     sys.exit(0)
 from contracts import config as config_mod
 from goodput.sim.cluster import scaled_config
@@ -322,28 +334,35 @@ print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "s
 """
 
 
-def parquet_path(path: Path) -> Path:
-    """Where the polars baseline's copy of the store at `path` lies: beside it."""
-    return path.with_name(f"{path.name}.raw_gpu.parquet")
+def parquet_dir(path: Path) -> Path:
+    """Where the polars baseline's copy of the store at `path` lies: beside it, a Parquet file per table."""
+    return path.with_name(f"{path.name}.parquet")
 
 
 def parquet_copy(path: Path) -> Path:
-    """The raw GPU rows' columns that the bare query reads, as a Parquet file beside the store (written
-    once, by chDB): what the polars baseline scans."""
-    out = parquet_path(path)
-    if not out.exists():
+    """The columns of the raw rows and dimensions that the polars baseline reads
+    (polars_classify.EXPORTS), as Parquet files beside the store (written once, by chDB)."""
+    out = parquet_dir(path)
+    if not (out / MARKER).exists():
         print(f"writing {out} ...", file=sys.stderr, flush=True)
-        part = out.with_suffix(".part")
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
         store = ChdbStore(path)
         try:
-            store.execute(
-                f"INSERT INTO FUNCTION file('{part}', Parquet) "
-                "SELECT node, gpu, ts, sm_active_pct FROM raw_gpu SETTINGS engine_file_truncate_on_insert = 1"
-            )
+            write_parquet(store, out)
         finally:
             store.close()
-        part.rename(out)
+        (out / MARKER).write_text((path / MARKER).read_text())
     return out
+
+
+def write_parquet(store: ChdbStore, out: Path) -> None:
+    """The store's tables as the polars baseline reads them (polars_classify.EXPORTS), one file each."""
+    for table, columns in polars_classify.EXPORTS.items():
+        store.execute(
+            f"INSERT INTO FUNCTION file('{out / table}.parquet', Parquet) SELECT {columns} FROM {table} "
+            "SETTINGS engine_file_truncate_on_insert = 1"
+        )
 
 
 def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
@@ -353,7 +372,8 @@ def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
         path=str(path),
         what=what,
         last_ms=last_s * 1000,
-        parquet=str(parquet_path(path)),
+        parquet=str(parquet_dir(path)),
+        bench=str(Path(__file__).resolve().parent),
         active_parts=ACTIVE_PARTS,
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -385,6 +405,7 @@ def repeat(path: Path, meta: dict, what: str, times: int, last_s: int = 0) -> di
         "peak_rss_mb": max(r["rss_mb"] for r in runs),
         "unsettled_runs": sum(not r["settled"] for r in runs),
         "steps": runs[-1]["steps"],
+        **({"hours": runs[-1]["hours"]} if runs[-1].get("hours") else {}),  # the polars baseline's findings
     }
 
 
@@ -427,7 +448,8 @@ def main() -> int:
     ap.add_argument(
         "--polars",
         action="store_true",
-        help="also time the bare query in polars over a Parquet copy of the same raw GPU rows",
+        help="also time the bare query and the classification's core in polars over Parquet copies of "
+        "the same raw rows (bench/polars_classify.py)",
     )
     ap.add_argument(
         "--compacted",
@@ -448,7 +470,7 @@ def main() -> int:
         parquet_copy(path)
     for what in (
         ("bare", "analyze")
-        + (("bare_polars",) if args.polars else ())
+        + (("bare_polars", "classify_polars") if args.polars else ())
         + (("analyze_raw",) if args.raw else ())
         + (("analyze_last",) if args.last else ())
     ):
@@ -466,13 +488,19 @@ def main() -> int:
     )
     if args.polars:
         polars_s = result["bare_polars"]["median_s"]
+        classify_s = result["classify_polars"]["median_s"]
         print(
             f"bare GROUP BY in polars (Parquet) / in chDB: {polars_s / result['bare']['median_s']:.2f}x; "
-            f"analyze / bare in polars: {result['analyze']['median_s'] / polars_s:.1f}x"
+            f"analyze / bare in polars: {result['analyze']['median_s'] / polars_s:.1f}x; "
+            f"analyze (chDB, rollups) / the classification's core in polars (raw rows): "
+            f"{result['analyze']['median_s'] / classify_s:.2f}x"
         )
     if args.raw:
         gain = result["analyze_raw"]["median_s"] / result["analyze"]["median_s"]
         print(f"analyze on raw rows / on rollups: {gain:.1f}x")
+    if args.raw and args.polars:  # the like-for-like pair: both read the raw rows
+        raw_s = result["analyze_raw"]["median_s"] / result["classify_polars"]["median_s"]
+        print(f"analyze on raw rows / the classification's core in polars (raw rows): {raw_s:.2f}x")
     if args.last:
         share = result["analyze_last"]["median_s"] / result["analyze"]["median_s"]
         print(
@@ -496,13 +524,26 @@ def main() -> int:
     store = ChdbStore(path)
     try:  # what the last analysis found: the run did the real work, and it reconciles
         found = store.query_arrow(
-            "SELECT category, round(sum(gpu_seconds) / 3600, 1) AS h FROM goodput_windows GROUP BY category "
+            "SELECT category, sum(gpu_seconds) / 3600 AS h FROM goodput_windows GROUP BY category "
             "ORDER BY h DESC"
         ).to_pylist()
     finally:
         store.close()
     result["gpu_hours_by_category"] = {r["category"]: r["h"] for r in found}
-    print("GPU-hours found:", ", ".join(f"{r['category']} {r['h']}" for r in found))
+    print("GPU-hours found:", ", ".join(f"{r['category']} {r['h']:.1f}" for r in found))
+    if args.polars:  # the polars baseline did the same work: the same GPU-hours, or it says where not
+        theirs = result["classify_polars"].pop("hours")
+        result["polars_gpu_hours_by_category"] = theirs
+        diffs = {r["category"]: r["h"] - theirs.get(r["category"], 0.0) for r in found}
+        print(
+            "GPU-hours in polars (analysis - polars):",
+            ", ".join(f"{c} {theirs.get(c, 0.0):.1f} ({d:+.6f})" for c, d in diffs.items()),
+        )
+        if any(abs(d) > 1e-6 for d in diffs.values()) or set(theirs) - set(diffs):
+            print(
+                "WARNING: the polars baseline did not find the analysis's GPU-hours: its timing is not "
+                "of the same work (bench/polars_classify.py says what it leaves out)"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
