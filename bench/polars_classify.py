@@ -31,9 +31,6 @@ import polars as pl
 
 from contracts.config import AnalyzerConfig
 
-TABLES = ("raw_gpu", "raw_nic", "raw_storage", "raw_job", "raw_step", "dim_nodes", "dim_pools")
-"""The Parquet files (one per table, `<table>.parquet`) that `classify` reads."""
-
 EXPORTS = {
     "raw_gpu": "node, gpu, toUnixTimestamp64Milli(ts) AS ts_ms, sm_active_pct, util_gpu_pct",
     "raw_nic": "node, device, port, toUnixTimestamp64Milli(ts) AS ts_ms, rate_gbps, tx_bytes_per_s, "
@@ -46,7 +43,12 @@ EXPORTS = {
     "dim_nodes": "node, pool",
     "dim_pools": "pool, nodes, storage_ceiling_bytes_per_s",
 }
-"""What each Parquet copy holds: the columns the classification reads, times as epoch milliseconds."""
+"""The Parquet files `classify` reads (`<table>.parquet`) and what each holds: the columns the
+classification reads, times as epoch milliseconds."""
+
+FILED = pl.col("ts_ms") - 1
+"""A sample with ts T describes the second (T - 1 s, T]: filed at T - 1 ms, as the analyzers do."""
+
 
 SUPPORTED_EVENTS = {
     "submitted",
@@ -67,6 +69,10 @@ class Unsupported(ValueError):
 def _round(expr: pl.Expr) -> pl.Expr:
     """ClickHouse's round() of a float: half to even, as polars's default."""
     return expr.round(0, mode="half_to_even")
+
+
+BUSY_MILLI = _round(pl.coalesce("sm_active_pct", "util_gpu_pct").cast(pl.Float64) * 1000)
+"""A GPU sample's busy level in milli-percent, as the rollups and the raw path compute it."""
 
 
 def _refuse_unsupported(events: pl.DataFrame, root: Path) -> None:
@@ -127,8 +133,8 @@ def _real_starts(events: pl.DataFrame, alloc: pl.DataFrame, root: Path, cfg: Ana
         return events
     ends = events.filter(pl.col("event").is_in(["failed", "preempted", "completed", "cancelled"]))
     samples = pl.scan_parquet(root / "raw_gpu.parquet").with_columns(
-        (pl.col("ts_ms") - 1).alias("t"),
-        _round(pl.coalesce("sm_active_pct", "util_gpu_pct").cast(pl.Float64) * 1000).alias("bm"),
+        FILED.alias("t"),
+        BUSY_MILLI.alias("bm"),
     )
     as_of = max(events["t"].max(), samples.select(pl.col("ts_ms").max()).collect().item())
     moved = {}
@@ -241,7 +247,7 @@ def _healthy(hist: pl.DataFrame, cfg: AnalyzerConfig) -> pl.DataFrame:
 
 def _node_evidence(root: Path, cfg: AnalyzerConfig, w: int) -> pl.LazyFrame:
     """(node, wi, s_d, s_c): each window's storage and fabric evidence strength (goodput.sql 9)."""
-    t = pl.col("ts_ms") - 1
+    t = FILED
     storage = pl.scan_parquet(root / "raw_storage.parquet").with_columns(
         pl.col("node").cast(pl.Categorical), (t // w).cast(pl.Int32).alias("wi")
     )
@@ -364,16 +370,14 @@ def classify(root: Path, cfg: AnalyzerConfig, stages: dict[str, float] | None = 
     lap("phases and windows")
 
     # 7. each running second's level, in the (job, GPU, window) it falls in: t = ts - 1 ms, inside [lo, hi)
-    t = pl.col("ts_ms") - 1
+    t = FILED
     samples = (
         pl.scan_parquet(root / "raw_gpu.parquet")
         .with_columns(
             pl.col("node").cast(pl.Categorical),
             t.alias("t"),
             (t // w).cast(pl.Int32).alias("wi"),
-            _round(pl.coalesce("sm_active_pct", "util_gpu_pct").cast(pl.Float64) * 1000)
-            .cast(pl.Int32)
-            .alias("bm"),
+            BUSY_MILLI.cast(pl.Int32).alias("bm"),
         )
         .filter(pl.col("bm").is_not_null())
         .join(run.lazy().select("job_id", "node", "gpu", "wi", "lo", "hi"), on=["node", "gpu", "wi"])

@@ -4,7 +4,7 @@ bench's data, and refuse the input it does not implement instead of classifying 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
@@ -22,14 +22,10 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _module(name: str):
+    """A bench script as a module, imported the way the bench imports its neighbours."""
     if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # bench_analyze imports polars_classify as the bench does
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(name)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +75,7 @@ def test_a_threshold_it_reads_changes_its_numbers(bench_day):
 def test_input_it_does_not_implement_is_refused(bench_day, tmp_path):
     parquet, _ = bench_day
     polars_classify = _module("polars_classify")
-    for name in polars_classify.TABLES:
+    for name in polars_classify.EXPORTS:
         (tmp_path / f"{name}.parquet").symlink_to(parquet / f"{name}.parquet")
     (tmp_path / "raw_job.parquet").unlink()
     events = pl.read_parquet(parquet / "raw_job.parquet")
