@@ -7,14 +7,15 @@
 The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers_mt()`), not
 through the simulator and the loader's JSON path, which would take most of the run at this size: per
 node-second 8 GPU rows, 8 NIC port rows and 3 storage rows (NFS reads, PSI, a local disk), as a node
-agent at 1 Hz sends them; the store's materialized views roll them up as the loader's inserts would be.
+agent at 1 Hz sends them, an hour at a time in the tables' sort order, merged once all are in (build());
+the store's materialized views roll them up as the loader's inserts would be.
 The job events (a few hundred jobs) do go through the loader. Jobs: the nodes in gangs of 8 run jobs of
 1-4 hours back to back with a 5-minute gap, saving a checkpoint (40.5 s, ending 3.7 s past a window) every
 30 minutes, so phase boundaries cut windows as in life; each job-minute is productive,
 or with probability 5 % a data stall (PSI high, SM near zero) or 3 % a comm stall (xmit_wait high),
 drawn per (gang, minute) from a hash so every GPU of a gang stalls together. The store is cached under
 ~/.cache/goodput/bench-analyze-<gpus>g-<hours>h (or --store DIR) and rebuilt only with --rebuild. The
-build ends when the background merges its inserts started are over (timed, within the build's time), and
+build ends when the background merges of its parts are over (timed, within the build's time), and
 a measurement during which the raw or rollup tables merged is flagged as not steady state.
 
 Each measurement runs in a fresh process, so its peak RSS is its own: `goodput analyze` over the whole
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import shutil
 import statistics
@@ -144,51 +146,78 @@ order in which they are made (each is a function of its number). parallel_view_p
 the rollup view runs after the raw write on one core, and the GPU insert spends half its time there
 (512 GPUs x 12 h: GPU 17.8 -> 12.7 s; docs/performance.md)."""
 
+CHUNK_S = 3600
+"""The generator's time chunk: within a chunk the rows come in the raw tables' sort order (node, device,
+second), so each inserted block is already sorted and the engine skips its sort; chunk after chunk, the
+day is written in time order, as a loader writes it. An hour of a gang meets at most two jobs' running
+time (jobs last at least an hour, 5 minutes apart), which the generator's lookup relies on."""
 
-def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, seconds: int) -> list[str]:
-    """INSERT ... SELECT statements writing every node-second's GPU, NIC and storage rows."""
+
+def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, seconds: int) -> dict[str, str]:
+    """Per kind (gpu, nic, storage), the INSERT ... SELECT statement writing every node-second's rows.
+
+    Row number -> (chunk, node in name order, device, second of the chunk). Whether a second is running
+    is looked up per (gang, chunk) among the running ranges [start + 60 s, end) of the (at most two) jobs
+    meeting the chunk; the state of a running minute is drawn per (gang, minute) from a hash, and the SM
+    noise per (node-second, GPU) from the second's number in time order (second x nodes + node), so the
+    rows do not depend on the chunking (the same rows as a time-major generator: docs/performance.md)."""
     n = len(nodes)
+    chunk = math.gcd(seconds, CHUNK_S)
+    chunks = seconds // chunk
+    by_name = sorted(range(n), key=lambda i: nodes[i])
     node_list = "[" + ",".join(f"'{x}'" for x in nodes) + "]"
-    # per gang: the job's start/end pairs, so a second outside every job reads idle (SM 0)
-    gang_starts = [[j["start"] for j in jobs if j["nodes"][0] == nodes[g]] for g in range(0, n, GANG_NODES)]
-    gang_ends = [[j["end"] for j in jobs if j["nodes"][0] == nodes[g]] for g in range(0, n, GANG_NODES)]
-    common = f"""
-    WITH {node_list} AS nodes, {gang_starts} AS starts, {gang_ends} AS ends,
-         intDiv(number, {n}) AS s, number % {n} AS ni, {t0_s} + s AS t, intDiv(ni, {GANG_NODES}) + 1 AS gi,
-         arrayFirstIndex(x -> x > t, starts[gi]) AS after, if(after = 0, length(starts[gi]), after - 1) AS k,
-         k > 0 AND t >= starts[gi][k] + 60 AND t < ends[gi][k] AS running,
-         cityHash64(gi, intDiv(t, 60)) % 100 AS draw,
+    ranges: list[list[tuple[int, int]]] = []  # per (gang, chunk): two running ranges, (0, 0) for none
+    for g in range(0, n, GANG_NODES):
+        runs = [(j["start"] + 60, j["end"]) for j in jobs if j["nodes"][0] == nodes[g]]
+        for c in range(chunks):
+            lo, hi = t0_s + c * chunk, t0_s + (c + 1) * chunk
+            meet = [r for r in runs if r[0] < hi and r[1] > lo]
+            if len(meet) > 2:
+                raise ValueError(f"bench jobs: {len(meet)} jobs run in one {chunk} s chunk of a gang")
+            ranges.append(meet + [(0, 0)] * (2 - len(meet)))
+    lookup = ", ".join(f"{[r[k][e] for r in ranges]} AS r{k}{e}" for k in (0, 1) for e in (0, 1))
+
+    def common(devices: int) -> str:
+        per_chunk = n * devices * chunk
+        return f"""
+    WITH {node_list} AS nodes, {by_name} AS by_name, {lookup},
+         number % {per_chunk} AS r, by_name[intDiv(r, {devices * chunk}) + 1] AS ni,
+         intDiv(r % {devices * chunk}, {chunk}) AS d, intDiv(number, {per_chunk}) AS c,
+         c * {chunk} + r % {chunk} AS s, s * {n} + ni AS num, {t0_s} + s AS t,
+         intDiv(ni, {GANG_NODES}) AS gi, gi * {chunks} + c + 1 AS k,
+         (t >= r00[k] AND t < r01[k]) OR (t >= r10[k] AND t < r11[k]) AS running,
+         cityHash64(gi + 1, intDiv(t, 60)) % 100 AS draw,
          multiIf(NOT running, 'idle', draw < 5, 'data', draw < 8, 'comm', 'run') AS state
     """
-    rows = n * seconds
-    return [
-        f"""INSERT INTO raw_gpu (cluster, node, ts, gpu, uuid, sm_active_pct, util_gpu_pct, throttle_reasons,
-                                seq)
-        {common}
-        SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000), g,
-               concat('GPU-', nodes[ni + 1], '-', toString(g)),
-               toFloat32(multiIf(state = 'run', 85 + (cityHash64(number, g) % 1000) / 100.0,
-                                 state = 'idle', 0, (cityHash64(number, g) % 200) / 100.0)),
+
+    return {
+        "gpu": f"""INSERT INTO raw_gpu (cluster, node, ts, gpu, uuid, sm_active_pct, util_gpu_pct,
+                                throttle_reasons, seq)
+        {common(8)}
+        SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000), d,
+               concat('GPU-', nodes[ni + 1], '-', toString(d)),
+               toFloat32(multiIf(state = 'run', 85 + (cityHash64(num, d) % 1000) / 100.0,
+                                 state = 'idle', 0, (cityHash64(num, d) % 200) / 100.0)),
                toFloat32(if(state = 'idle', 0, 90)), 0, s
-        FROM numbers_mt({rows}) ARRAY JOIN range(8) AS g
+        FROM numbers_mt({n * 8 * seconds})
         {BUILD_SETTINGS}""",
-        f"""INSERT INTO raw_nic (cluster, node, ts, device, port, rate_gbps, tx_bytes_per_s, xmit_wait_per_s,
-                                ecn_marked_per_s, cnp_sent_per_s, cnp_handled_per_s, seq)
-        {common}
+        "nic": f"""INSERT INTO raw_nic (cluster, node, ts, device, port, rate_gbps, tx_bytes_per_s,
+                                xmit_wait_per_s, ecn_marked_per_s, cnp_sent_per_s, cnp_handled_per_s, seq)
+        {common(8)}
         SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000),
-               concat('mlx5_', toString(p)), 1, 400, toFloat32(if(state = 'run', 2e10, 1e8)),
+               concat('mlx5_', toString(d)), 1, 400, toFloat32(if(state = 'run', 2e10, 1e8)),
                toFloat32(if(state = 'comm', 5e6, 0)), 0, 0, 0, s
-        FROM numbers_mt({rows}) ARRAY JOIN range(8) AS p
+        FROM numbers_mt({n * 8 * seconds})
         {BUILD_SETTINGS}""",
-        f"""INSERT INTO raw_storage (cluster, node, ts, source, device, read_bytes_per_s, psi_some_pct, seq)
-        {common}
+        "storage": f"""INSERT INTO raw_storage (cluster, node, ts, source, device, read_bytes_per_s,
+                                    psi_some_pct, seq)
+        {common(3)}, [('diskstats', 'nvme0n1'), ('nfs', 'nfs0'), ('psi', 'io')][d + 1] AS src
         SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000), src.1, src.2,
                toFloat32(if(src.1 = 'nfs', if(state = 'data', 5e8, 1e8), 0)),
                toFloat32(if(src.1 = 'psi', if(state = 'data', 60, 1), 0)), s
-        FROM numbers_mt({rows})
-        ARRAY JOIN [('nfs', 'nfs0'), ('psi', 'io'), ('diskstats', 'nvme0n1')] AS src
+        FROM numbers_mt({n * 3 * seconds})
         {BUILD_SETTINGS}""",
-    ]
+    }
 
 
 _SAMPLE_TABLES = ", ".join(f"'{t}'" for t in [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values()])
@@ -201,22 +230,33 @@ ACTIVE_PARTS = (
 when neither changes (an analysis writes its own output tables, which may merge meanwhile)."""
 
 
-def settle_merges(store: ChdbStore, quiet_s: float = 10.0, poll_s: float = 0.5) -> int:
-    """Wait until the background merges that the build's inserts started are over (none running, the
-    active parts unchanged for `quiet_s`) and return the active parts. Otherwise a measurement could pay
+def settle_merges(store: ChdbStore, quiet_s: float = 2.0, poll_s: float = 0.5) -> int:
+    """Wait until the background merges of the build's parts are over and return the active parts:
+    none running and the active parts unchanged for `quiet_s` after the tables were told to look for
+    merges again (`SYSTEM START MERGES` wakes each table's merge selection at once; left alone, a table
+    that found nothing to merge looks again only after 10 s or more). Otherwise a measurement could pay
     for them: chDB merges in whichever process has the store open, and a process that exits mid-merge
     leaves the merge to the next. Each measurement checks it too (ACTIVE_PARTS before and after)."""
-    quiet_since, last = time.perf_counter(), None
+    quiet_since, last, asked = time.perf_counter(), None, False
     while True:
         state = store.query_arrow(ACTIVE_PARTS).to_pylist()[0]
         if state["merging"] or state["parts"] != last:
-            quiet_since, last = time.perf_counter(), state["parts"]
+            quiet_since, last, asked = time.perf_counter(), state["parts"], False
         elif time.perf_counter() - quiet_since >= quiet_s:
-            return int(last)
+            if asked:
+                return int(last)
+            store.execute("SYSTEM START MERGES")
+            quiet_since, asked = time.perf_counter(), True
         time.sleep(poll_s)
 
 
 def build(path: Path, gpus: int, hours: float) -> dict:
+    """Write the bench day into a new store at `path` and return its figures (also in its marker).
+
+    The background merges stop while the samples go in and run once all rows are in: merged as they
+    arrived, the day's parts were rewritten at each level of the merge tree as it grew, on the cores the
+    inserts needed (1,024 GPUs x 24 h: 140 s of inserts, then 19 s of merges, against 73 s and 52 s;
+    docs/performance.md). Which parts remain is the background merges' own choice either way."""
     cfg = _config(gpus)
     nodes = _nodes(cfg)
     now_h = int(time.time()) // 3600 * 3600
@@ -234,12 +274,18 @@ def build(path: Path, gpus: int, hours: float) -> dict:
         while records := transport.poll(5000):
             loader.load(records)
             transport.commit(records)
-        for i, sql in enumerate(_samples_sql(cfg.cluster.name, nodes, jobs, t0_s, seconds), 1):
-            took = time.perf_counter()
-            store.execute(sql)
-            print(
-                f"  build: samples {i}/3 in {time.perf_counter() - took:.1f} s", file=sys.stderr, flush=True
-            )
+        store.execute("SYSTEM STOP MERGES")  # merged once, below
+        try:
+            for i, sql in enumerate(_samples_sql(cfg.cluster.name, nodes, jobs, t0_s, seconds).values(), 1):
+                took = time.perf_counter()
+                store.execute(sql)
+                print(
+                    f"  build: samples {i}/3 in {time.perf_counter() - took:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        finally:
+            store.execute("SYSTEM START MERGES")
         took = time.perf_counter()
         parts = settle_merges(store)
         print(

@@ -4,10 +4,6 @@ bench's data, and refuse the input it does not implement instead of classifying 
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import polars as pl
 import pytest
 
@@ -17,21 +13,13 @@ from pipeline import ddl
 from pipeline.analyzers import run as analyzers
 from pipeline.chdb_store import ChdbStore
 from tests.analyzers.scenario import Scenario, reset
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _module(name: str):
-    """A bench script as a module, imported the way the bench imports its neighbours."""
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module(name)
+from tests.bench import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench_day(tmp_path_factory):
     """A small bench day (64 GPUs x 2 h), analysed, with its Parquet copies."""
-    bench = _module("bench_analyze")
+    bench = bench_module("bench_analyze")
     path = tmp_path_factory.mktemp("bench") / "store"
     meta = bench.build(path, 64, 2.0)
     store = ChdbStore(path)
@@ -50,7 +38,7 @@ def bench_day(tmp_path_factory):
 
 def test_the_same_gpu_hours_as_the_analyzers(bench_day):
     parquet, found = bench_day
-    polars_classify = _module("polars_classify")
+    polars_classify = bench_module("polars_classify")
     stages: dict[str, float] = {}
     theirs = polars_classify.classify(parquet, config_mod.load().analyzer, stages)
     assert {"productive", "data_stall", "comm_stall", "checkpoint", "startup"} <= set(found)
@@ -64,7 +52,7 @@ def test_a_threshold_it_reads_changes_its_numbers(bench_day):
     """It reads [analyzer] as the analyzers do: a tolerance that forgives every shortfall moves the
     hours (so the agreement above is not a coincidence of defaults)."""
     parquet, found = bench_day
-    polars_classify = _module("polars_classify")
+    polars_classify = bench_module("polars_classify")
     lenient = config_mod.load().analyzer.__class__(
         healthy_tolerance=0.999, stalled_second_fraction=0.0, noise_z=0.0
     )
@@ -74,7 +62,7 @@ def test_a_threshold_it_reads_changes_its_numbers(bench_day):
 
 def test_input_it_does_not_implement_is_refused(bench_day, tmp_path):
     parquet, _ = bench_day
-    polars_classify = _module("polars_classify")
+    polars_classify = bench_module("polars_classify")
     for name in polars_classify.EXPORTS:
         (tmp_path / f"{name}.parquet").symlink_to(parquet / f"{name}.parquet")
     (tmp_path / "raw_job.parquet").unlink()
@@ -203,9 +191,9 @@ def test_the_same_gpu_hours_at_the_rules_edges(_store, tmp_path, name):
             "SELECT category, sum(gpu_seconds) AS s FROM goodput_windows GROUP BY category"
         ).to_pylist()
     }
-    bench = sys.modules["bench_analyze"]
+    bench = bench_module("bench_analyze")
     bench.write_parquet(_store, tmp_path)
-    theirs = _module("polars_classify").classify(tmp_path, config_mod.load().analyzer)
+    theirs = bench_module("polars_classify").classify(tmp_path, config_mod.load().analyzer)
     assert {k: round(v * 3600, 3) for k, v in theirs.items() if v} == {
         k: round(v * 3600, 3) for k, v in found.items()
     }

@@ -1,0 +1,83 @@
+"""bench/bench_analyze.py writes its day straight into the store by SQL, chunk by chunk in the tables'
+sort order, with a lookup of each gang's running time per chunk: the analysis timed on it only means
+something if the rows are the day it describes (every node-second once, running exactly in the jobs'
+running time), whatever the chunking."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.chdb_store import ChdbStore
+from tests.bench import bench_module
+
+GPUS, HOURS = 64, 6.0  # one gang, jobs of 1-4 h: several jobs, and six chunks of an hour
+
+
+@pytest.fixture(scope="module")
+def bench_day(tmp_path_factory):
+    bench = bench_module("bench_analyze")
+    path = tmp_path_factory.mktemp("bench") / "store"
+    meta = bench.build(path, GPUS, HOURS)
+    store = ChdbStore(path)
+    yield bench, meta, store
+    store.close()
+
+
+def test_every_node_second_once(bench_day):
+    bench, meta, store = bench_day
+    nodes = bench._nodes(bench._config(GPUS))
+    seconds = int(HOURS * 3600)
+    for table, key, per_node in (
+        ("raw_gpu", "gpu", 8),
+        ("raw_nic", "device, port", 8),
+        ("raw_storage", "source, device", 3),
+    ):
+        row = store.query_arrow(
+            f"SELECT count() AS n, uniqExact(node, {key}, ts) AS keys, uniqExact(node) AS nodes, "
+            f"min(toUnixTimestamp64Milli(ts)) AS first, max(toUnixTimestamp64Milli(ts)) AS last FROM {table}"
+        ).to_pylist()[0]
+        assert row == {
+            "n": len(nodes) * per_node * seconds,
+            "keys": len(nodes) * per_node * seconds,
+            "nodes": len(nodes),
+            "first": meta["t0_ms"],
+            "last": meta["end_ms"] - 1000,
+        }, table
+
+
+def test_running_exactly_in_the_jobs_running_time(bench_day):
+    """A GPU reads busy (util 90) in a second of a job's running time, [start + 60 s, end), and 0
+    outside: counted per node against the jobs' own list, which crosses the generator's chunks."""
+    bench, meta, store = bench_day
+    nodes = bench._nodes(bench._config(GPUS))
+    t0_s, end_s = meta["t0_ms"] // 1000, meta["end_ms"] // 1000
+    jobs = bench._jobs(nodes, t0_s, HOURS)
+    assert len(jobs) == meta["jobs"]
+    want = {n: 0 for n in nodes}
+    for j in jobs:
+        for n in j["nodes"]:
+            want[n] += max(0, min(j["end"], end_s) - max(j["start"] + 60, t0_s))
+    # the edges the lookup must get right: a job ending inside the day (the next starts in its gang),
+    # and running time across a chunk boundary
+    assert any(j["end"] < end_s for j in jobs)
+    chunk = bench.CHUNK_S
+    assert any(
+        j["start"] + 60 < t0_s + c * chunk < j["end"] for j in jobs for c in range(1, (end_s - t0_s) // chunk)
+    )
+    got = {
+        r["node"]: r["s"]
+        for r in store.query_arrow(
+            "SELECT node, countIf(util_gpu_pct = 90) AS busy, count() AS n, busy / 8 AS s "
+            "FROM raw_gpu GROUP BY node"
+        ).to_pylist()
+    }
+    assert got == want
+    assert 0 < sum(want.values()) < len(nodes) * (end_s - t0_s)
+
+
+def test_a_gang_meeting_three_jobs_in_a_chunk_is_refused():
+    bench = bench_module("bench_analyze")
+    nodes = [f"n{i}" for i in range(8)]
+    jobs = [{"nodes": nodes, "start": s, "end": s + 600} for s in (0, 1000, 2000)]
+    with pytest.raises(ValueError, match="3 jobs run in one 3600 s chunk"):
+        bench._samples_sql("c", nodes, jobs, 0, 3600)
