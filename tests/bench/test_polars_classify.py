@@ -145,6 +145,15 @@ def _at_the_edges():
         sc.load()
         sc.analyze(0, 500)
 
+    def at_the_tolerance(sc):  # as on a bench day: b* 92.11 %, sigma 94.08 - 92.11 %, and a window of
+        # 9 dead seconds (keys 8 x 112 + 119) and one at b* - 3 sigma = 86.20 %: exactly at the tolerance
+        def busy(s, g):
+            if 301 <= s <= 309:
+                return 1.12 if s < 309 else 1.19
+            return 86.2 if s == 310 else 94.08 if s % 5 < 2 else 92.11
+
+        noise.job(sc, busy)
+
     def coarse_running(sc):  # `running` with gang_complete; the GPUs busy 45 s later: startup till then
         noise.job(sc, lambda s, g: 5.0 if s <= 45 else 90.0)
 
@@ -165,6 +174,7 @@ def _at_the_edges():
         "evidence risen over the factor": evidence(0.26, 0.8),
         "both kinds, split by strength": both_kinds,
         "seconds at and under the dead level": dead_level,
+        "a second exactly at the tolerance": at_the_tolerance,
         "checkpoints and startup": checkpoints,
     }
 
