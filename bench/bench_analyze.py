@@ -153,8 +153,8 @@ day is written in time order, as a loader writes it. An hour of a gang meets at 
 time (jobs last at least an hour, 5 minutes apart), which the generator's lookup relies on."""
 
 
-def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, seconds: int) -> dict[str, str]:
-    """Per kind (gpu, nic, storage), the INSERT ... SELECT statement writing every node-second's rows.
+def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, seconds: int) -> list[str]:
+    """INSERT ... SELECT statements writing every node-second's GPU, NIC and storage rows.
 
     Row number -> (chunk, node in name order, device, second of the chunk). Whether a second is running
     is looked up per (gang, chunk) among the running ranges [start + 60 s, end) of the (at most two) jobs
@@ -190,8 +190,8 @@ def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, se
          multiIf(NOT running, 'idle', draw < 5, 'data', draw < 8, 'comm', 'run') AS state
     """
 
-    return {
-        "gpu": f"""INSERT INTO raw_gpu (cluster, node, ts, gpu, uuid, sm_active_pct, util_gpu_pct,
+    return [
+        f"""INSERT INTO raw_gpu (cluster, node, ts, gpu, uuid, sm_active_pct, util_gpu_pct,
                                 throttle_reasons, seq)
         {common(8)}
         SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000), d,
@@ -201,7 +201,7 @@ def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, se
                toFloat32(if(state = 'idle', 0, 90)), 0, s
         FROM numbers_mt({n * 8 * seconds})
         {BUILD_SETTINGS}""",
-        "nic": f"""INSERT INTO raw_nic (cluster, node, ts, device, port, rate_gbps, tx_bytes_per_s,
+        f"""INSERT INTO raw_nic (cluster, node, ts, device, port, rate_gbps, tx_bytes_per_s,
                                 xmit_wait_per_s, ecn_marked_per_s, cnp_sent_per_s, cnp_handled_per_s, seq)
         {common(8)}
         SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000),
@@ -209,7 +209,7 @@ def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, se
                toFloat32(if(state = 'comm', 5e6, 0)), 0, 0, 0, s
         FROM numbers_mt({n * 8 * seconds})
         {BUILD_SETTINGS}""",
-        "storage": f"""INSERT INTO raw_storage (cluster, node, ts, source, device, read_bytes_per_s,
+        f"""INSERT INTO raw_storage (cluster, node, ts, source, device, read_bytes_per_s,
                                     psi_some_pct, seq)
         {common(3)}, [('diskstats', 'nvme0n1'), ('nfs', 'nfs0'), ('psi', 'io')][d + 1] AS src
         SELECT '{cluster}', nodes[ni + 1], fromUnixTimestamp64Milli(toInt64(t) * 1000), src.1, src.2,
@@ -217,7 +217,7 @@ def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, se
                toFloat32(if(src.1 = 'psi', if(state = 'data', 60, 1), 0)), s
         FROM numbers_mt({n * 3 * seconds})
         {BUILD_SETTINGS}""",
-    }
+    ]
 
 
 _SAMPLE_TABLES = ", ".join(f"'{t}'" for t in [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values()])
@@ -276,7 +276,7 @@ def build(path: Path, gpus: int, hours: float) -> dict:
             transport.commit(records)
         store.execute("SYSTEM STOP MERGES")  # merged once, below
         try:
-            for i, sql in enumerate(_samples_sql(cfg.cluster.name, nodes, jobs, t0_s, seconds).values(), 1):
+            for i, sql in enumerate(_samples_sql(cfg.cluster.name, nodes, jobs, t0_s, seconds), 1):
                 took = time.perf_counter()
                 store.execute(sql)
                 print(
