@@ -218,6 +218,10 @@ class TopologyConfig(Table, frozen=True):
 # ------------------------------------------------------------------ analysis and loading
 
 
+EXACT_KEYS = ("healthy_tolerance", "stalled_second_fraction", "noise_z", "straggler_min_slowdown")
+"""The [analyzer] thresholds the analyzers compare exactly (AnalyzerConfig.ppm)."""
+
+
 class AnalyzerConfig(Table, frozen=True):
     """`[analyzer]`: thresholds of the counters-only attribution (docs/goodput-model.md explains each)."""
 
@@ -229,11 +233,13 @@ class AnalyzerConfig(Table, frozen=True):
     """Seconds at or above cutoff x that percentile count as healthy; b* is the middle of their shortest
     half."""
     healthy_tolerance: Annotated[float, Meta(ge=0, lt=1)] = 0.05
-    """A window this close to the healthy level (1 - b/b* below it) is wholly productive."""
+    """A window this close to the healthy level (1 - b/b* below it) is wholly productive; one exactly at
+    it is not. At most 6 decimals, as stalled_second_fraction, noise_z and straggler_min_slowdown: the
+    analyzers compare at them exactly, in millionths."""
     stalled_second_fraction: Annotated[float, Meta(ge=0, lt=1)] = 0.1
     """A running second below this fraction of the healthy level did no work: wholly lost, not credited
     with its residual activity (a GPU waiting on data or a collective still shows a few % SM)."""
-    noise_z: Annotated[float, Meta(ge=0)] = 3.0
+    noise_z: Annotated[float, Meta(ge=0, le=1000)] = 3.0
     """How many standard deviations of a job's SM sample noise a loss must exceed: a second below
     noise_z x sigma counts as dead, and a window's shortfall under the noise of its mean is no loss."""
     clock_offset_s: Annotated[float, Meta(gt=0)] = 2.0
@@ -301,7 +307,18 @@ class AnalyzerConfig(Table, frozen=True):
     """A second at or below this SM activity (utilization where GPM is absent) is a second without
     activity, for idle_reclaim_after_s."""
 
+    def ppm(self, key: str) -> int:
+        """An EXACT_KEYS threshold in millionths: the analyzers decide at it in integers, as a level met
+        exactly (common on the samples' 0.01 % grid) must fall on the rule's side, not the rounding's."""
+        return round(getattr(self, key) * 1_000_000)
+
     def __post_init__(self) -> None:
+        for key in EXACT_KEYS:
+            if round(getattr(self, key), 6) != getattr(self, key):
+                raise ValueError(
+                    f"{key}: {getattr(self, key)!r} has more than 6 decimals; the analyzers "
+                    "compare at it exactly, in millionths"
+                )
         if self.capacity_bucket_s % self.window_s:
             raise ValueError(
                 f"capacity_bucket_s: {self.capacity_bucket_s} is not a multiple of window_s ({self.window_s})"

@@ -475,15 +475,18 @@ WITH levels AS (  -- one row per healthy level: seconds below it, and up to and 
     FROM tmp_healthy_hist ARRAY JOIN arrayEnumerate(ks) AS i
     WHERE i >= i0
 ),
-shortest AS (
-    SELECT lo.job_id AS job_id, argMin((lo.key + hi.key) / 2, (hi.key - lo.key, lo.key)) AS mid
+shortest AS (  -- twice the middle, in keys (0.005 % steps), an integer as the keys are
+    SELECT lo.job_id AS job_id, argMin(toInt64(lo.key) + hi.key, (hi.key - lo.key, lo.key)) AS mid2
     FROM levels AS lo ASOF INNER JOIN levels AS hi ON lo.job_id = hi.job_id AND lo.half_end <= hi.upto
     GROUP BY lo.job_id
 )
-SELECT h.job_id AS job_id, h.jn AS jn, s.mid / 100 AS b_star, h.b_mean AS b_mean,
-       arrayFirstIndex(k -> k >= s.mid, h.ks) AS i_star,
+SELECT h.job_id AS job_id, h.jn AS jn, s.mid2 / 200 AS b_star, h.b_mean AS b_mean,
+       arrayFirstIndex(k -> 2 * k >= s.mid2, h.ks) AS i_star,
        h.n - (h.cs[i_star] - h.c0[i_star]) AS n_up,
-       h.ks[arrayFirstIndex(x -> x >= h.n - toUInt64(ceil(0.3173 * n_up)) + 1, h.cs)] / 100 - b_star AS sigma
+       2 * toInt64(h.ks[arrayFirstIndex(x -> x >= h.n - toUInt64(ceil(0.3173 * n_up)) + 1, h.cs)]) - s.mid2 AS sh,
+       sh / 200 AS sigma,
+       greatest(s.mid2, 1) AS bh  -- b* for 10c and 11, which decide in integers; a job whose level is 0
+                                  -- (it never did anything) at 0.005 %, so its running time is lost
 FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 ;;
 -- 9. Evidence strength per (node, window): each signal over its threshold, so 1 is the threshold and the
@@ -641,25 +644,31 @@ WHERE ratio >= 1 + {straggler_min_slowdown}
 --    so per (job, window) its GPU is the busiest, at the job's healthy level b*, and the gang's median GPU
 --    is busy only (rank compute / straggler compute) of the time: ratio = busiest / median mean busy level,
 --    the same ratio 10b takes from the steps. A window has one when the busiest GPU is at b* (within the
---    tolerance of 11), at least {straggler_min_slowdown} and {noise_z} x the noise of the difference of two
---    window means above the median, the median is live (above the dead level of 11: GPUs that do nothing
---    wait for no one), and the GPUs within that noise of the busiest or closer to it than to the median --
---    the straggler's -- are fewer than
---    the rest and on one node (a whole node straggling is reported as the node, GPU -1). Half a gang busy and
---    half waiting is a stall of that half, not a straggler. The noise of a window mean is read off the
---    spread of the gang's means in that window (1.4826 x their median absolute deviation): the job's
---    sigma of 8 counts a persistent straggler's seconds as noise, as b* then sits at the waiting level.
---    Episodes need {straggler_min_windows} windows.
+--    tolerance of 11), at least {straggler_min_slowdown} and more than {noise_z} x the noise of the
+--    difference of two window means above the median, the median is live (not under the dead level of 11,
+--    nor 0: GPUs that do nothing wait for no one), and the GPUs within that noise of the busiest or closer
+--    to it than to the median -- the straggler's -- are fewer than the rest and on one node (a whole node
+--    straggling is reported as the node, GPU -1). Half a gang busy and half waiting is a stall of that
+--    half, not a straggler. The noise of a window mean is read off the spread of the gang's means in that
+--    window (1.4826 x their median absolute deviation): the job's sigma of 8 counts a persistent
+--    straggler's seconds as noise, as b* then sits at the waiting level. Episodes need
+--    {straggler_min_windows} windows. Each comparison but the noise's is exact, in integers (a mean as its
+--    milli-% sum over its seconds, cross-multiplied; b* and sigma in half keys: run.py's at_healthy_level).
 INSERT INTO tmp_straggler_windows
 WITH
 per_window AS (
-    SELECT r.jn AS jn, r.wi AS wi, any(h.b_star) AS bs, any(h.sigma) AS sigma, count() AS gpus,
-           arraySort(x -> (-x.3, x.1, x.2), groupArray((r.nn, r.gpu, r.b, r.n))) AS ranked,  -- nn: in node order
-           ranked[1] AS top, ranked[gpus + 1 - intDiv(gpus + 1, 2)].3 AS m,  -- the lower median, read off
-           -- the sorted means (what quantileExactLow(0.5) gives, without a second copy of them to sort)
+    SELECT r.jn AS jn, r.wi AS wi, any(h.bh) AS bh, any(h.sh) AS sh, count() AS gpus,
+           arraySort(x -> (-x.3, x.1, x.2), groupArray((r.nn, r.gpu, r.b, r.n, toInt64(r.bsum)))) AS ranked,
+           ranked[1] AS top, ranked[gpus + 1 - intDiv(gpus + 1, 2)] AS med, med.3 AS m,  -- nn: in node
+           -- order; the lower median, read off the sorted means (what quantileExactLow(0.5) gives,
+           -- without a second copy of them to sort)
            arraySort(arrayMap(x -> abs(x.3 - m), ranked))[toUInt64(intDiv(gpus + 1, 2))] AS mad,
            {noise_z} * sqrt(2) * 1.4826 * mad AS band,
-           arrayFilter(x -> x.3 >= least(top.3 - band, (top.3 + m) / 2), ranked) AS busy
+           arrayFilter(x -> x.3 >= top.3 - band  -- or nearer the busiest than the median (exact: a mean
+                            -- sum / n, cross-multiplied; one halfway is not nearer)
+                            OR 2 * toInt128(x.5) * top.4 * med.4 > (toInt128(top.5) * med.4 + toInt128(med.5) * top.4) * x.4,
+                       ranked) AS busy,
+           toInt64(top.4) AS live_n, 5 * live_n * bh - top.5 AS short_n  -- the busiest GPU's, for 11's tolerance
     FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.jn = h.jn
     WHERE h.job_id NOT IN (SELECT job_id FROM tmp_step_split) AND r.jn % {parts} = {part}
     GROUP BY r.jn, r.wi
@@ -669,9 +678,9 @@ SELECT j.job_id AS job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, k.node
        toFloat64(1 - m / top.3) AS f_wait
 FROM per_window AS w INNER JOIN tmp_node_numbers AS k ON w.top.1 = k.nn
 INNER JOIN tmp_job_numbers AS j ON w.jn = j.jn
-WHERE gpus >= 2 AND m > greatest({stalled_second_fraction} * bs, {noise_z} * sigma)
-  AND top.3 >= bs * (1 - greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(top.4) / bs))
-  AND top.3 >= (1 + {straggler_min_slowdown}) * m AND top.3 - m >= band
+WHERE gpus >= 2 AND med.5 > 0 AND med.5 * 200000 >= toInt64(med.4) * {dead_level} AND {at_healthy_level}
+  AND toInt128(top.5) * med.4 * 1000000 >= toInt128({straggler_min_slowdown_ppm} + 1000000) * med.5 * top.4
+  AND top.3 - m > band
   AND length(busy) * 2 < gpus AND length(arrayDistinct(arrayMap(x -> x.1, busy))) = 1
 ;;
 -- Episodes: runs of consecutive windows with the same straggler (wi - its row number is constant along
@@ -708,20 +717,22 @@ INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_ste
 --    other ("live") seconds lose 1 - b_live/b*, taken as 0 below the tolerance: {healthy_tolerance}, or
 --    {noise_z} x the noise of the window's live mean (sigma / sqrt(live seconds)) over b* where that is
 --    larger, so noise alone never makes a loss. The dead seconds are read off the window's levels (keys).
+--    Both tests are exact, in integers (run.py's dead_level and at_healthy_level): at a tie (a second at
+--    exactly 0.1 b*, a window at exactly the tolerance: common on the 0.01 % grid) the second is live and
+--    the window loses, as the rule says, where floats fell either way.
 --    Only what 11a and 11b read, a row per (job, GPU, window) with samples: `sampled` is 1, and 0 where
 --    11b's join finds no row.
 CREATE OR REPLACE TABLE tmp_loss ENGINE = {temp_engine} AS
 SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
-    SELECT slot, jn, nn, wi, n,
-           greatest(ifNull(b_star, 0), 1e-6) AS bs,
-           greatest({stalled_second_fraction} * bs, {noise_z} * sigma) * 100 AS dead_key,
-           toUInt64(arrayCount(k -> k < dead_key, keys)) AS n_dead,
-           arraySum(k -> if(k < dead_key, toInt64(k), toInt64(0)), keys) / 100 AS b_dead_sum,
-           if(n > n_dead, (ifNull(bsum, 0) / 1000 - b_dead_sum) / (n - n_dead), bs) AS b_live,
-           greatest({healthy_tolerance}, {noise_z} * sigma / sqrt(greatest(1, n - n_dead)) / bs) AS tolerance,
-           if(1 - b_live / bs < tolerance, 0.0, least(1.0, greatest(0.0, 1 - b_live / bs))) AS l_live,
-           (n_dead + (n - n_dead) * l_live) / n AS l
-    FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, b_star, sigma FROM tmp_healthy) AS h ON r.jn = h.jn
+    SELECT slot, jn, nn, wi, n, bh, sh,
+           intDiv({dead_level} + 1999999, 2000000) AS dead_key,  -- the lowest live key
+           toInt64(arrayCount(k -> k < dead_key, keys)) AS n_dead,
+           toInt64(n) - n_dead AS live_n,
+           toInt64(bsum) - 10 * arraySum(k -> if(k < dead_key, toInt64(k), toInt64(0)), keys) AS live_sum,
+           5 * live_n * bh - live_sum AS short_n,
+           if(live_n = 0 OR {at_healthy_level}, 0.0, least(1.0, short_n / (5 * live_n * bh))) AS l_live,
+           (n_dead + live_n * l_live) / n AS l
+    FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, bh, sh FROM tmp_healthy) AS h ON r.jn = h.jn
 )
 ;;
 -- 11a. Each (job, node)'s evidence level while healthy: the (lower) median strength of each kind over the

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from contracts import catalog
-from contracts.config import Config
+from contracts.config import AnalyzerConfig, Config
 from pipeline import ddl
 from pipeline.progress import Progress
 from pipeline.store import Store, first_line, quote
@@ -147,6 +147,28 @@ def refresh_dimensions(store: Store, cfg: Config) -> None:
         store.insert_arrow(name, table)
 
 
+def _dead_level(a: AnalyzerConfig) -> str:
+    """SQL of the dead level (goodput.sql 10c, 11) in millionths of a half key (0.005 %) as an Int64:
+    stalled_second_fraction x b* or noise_z x sigma, over the columns bh and sh (b* and sigma in half
+    keys). A second of key k is dead where 2,000,000 k < it: compared in integers, a level met exactly
+    (b* = 50.10 %, a second at 5.01 %: 501.00000000000006 keys in floats) is live, as the rule says."""
+    return f"greatest({a.ppm('stalled_second_fraction')} * bh, {a.ppm('noise_z')} * sh)"
+
+
+def _at_healthy_level(a: AnalyzerConfig) -> str:
+    """SQL of "a mean short of b* by less than the tolerance" (goodput.sql 10c, 11), exact in integers:
+    over live_n seconds, short_n = 5 live_n bh - their sum in milli-% (live_n x 1,000 x (b* - mean)).
+    The tolerance is healthy_tolerance, or noise_z x sigma / sqrt(live_n) over b*: short < either one
+    (squared for the second, in Int128, so no root is rounded). In floats, 1 - b_live/b* against the
+    tolerance fell either way where the two are equal, as on the 0.01 % grid they often are (a window's
+    single live second at b* - 3 sigma, or ten seconds at 0.95 b*)."""
+    t, z = a.ppm("healthy_tolerance"), a.ppm("noise_z")
+    return (
+        f"(short_n * 200000 < {t} * bh * live_n"
+        f" OR toInt128(short_n) * short_n * 40000000000 < toInt128({z} * sh) * ({z} * sh) * live_n)"
+    )
+
+
 def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[str, str]:
     """Placeholders of the SQL. The range is widened to whole windows ([floor, ceil) of W), so a window is
     never half inside it; `as_of_ms` (the end of the data) bounds jobs still open, else the range's end."""
@@ -185,6 +207,9 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "evidence_split": a.evidence_split,
         "step_wait_min": repr(float(a.step_wait_min)),
         "straggler_min_slowdown": repr(float(a.straggler_min_slowdown)),
+        "straggler_min_slowdown_ppm": str(a.ppm("straggler_min_slowdown")),
+        "dead_level": _dead_level(a),
+        "at_healthy_level": _at_healthy_level(a),
         "straggler_min_steps": str(int(a.straggler_min_steps)),
         "straggler_min_windows": str(int(a.straggler_min_windows)),
         "straggler_persistent_fraction": repr(float(a.straggler_persistent_fraction)),

@@ -93,6 +93,10 @@ def test_config_switches_and_racks_beside_a_slurm_file(tmp_path):
             "[analyzer]\nidle_reclaim_after_s = 10.5",
             "idle_reclaim_after_s: 10.5 is under window_s + 1 s (11)",
         ),
+        (
+            "[analyzer]\nhealthy_tolerance = 0.0500001",
+            "healthy_tolerance: 0.0500001 has more than 6 decimals; the analyzers compare at it exactly",
+        ),
     ],
 )
 def test_bad_topology_config_is_refused_naming_the_key(text, message):
