@@ -75,10 +75,9 @@ def _div(expr: pl.Expr, k: float) -> pl.Expr:
     """expr / k as ClickHouse divides: the correctly rounded quotient. Polars divides a column by a
     literal by multiplying with its reciprocal, which differs in the last bit for 13-45 % of values (of
     k = 10, 100, 1,000, 0.7, 0.9 tried), and a threshold compared with the quotient then falls the
-    other way where the analyzers meet it exactly: on the bench day of 2026-12-05, a second at
-    86.20 % against b* = 92.11 % and sigma = 1.97 % sat exactly at the tolerance (3 sigma), and 0.064
-    GPU-seconds went to data stall in the analysis and to productive here. Nulls stay null (the inputs
-    are finite: the loader refuses NaN)."""
+    other way where the analyzers meet it exactly (first seen on the bench day of 2026-12-05 at the
+    tolerance, since decided in integers on both sides; the evidence signals over their thresholds still
+    divide). Nulls stay null (the inputs are finite: the loader refuses NaN)."""
     return expr.cast(pl.Float64).map_batches(
         lambda s: pl.Series(s.name, s.to_numpy() / k).fill_nan(None), return_dtype=pl.Float64
     )
@@ -232,7 +231,8 @@ def _piece_windows(alloc: pl.DataFrame, segments: pl.DataFrame, w: int) -> pl.Da
 
 
 def _healthy(hist: pl.DataFrame, cfg: AnalyzerConfig) -> pl.DataFrame:
-    """Per job b* and sigma (goodput.sql 8) from its histogram of running levels (key at 0.01 %, count)."""
+    """Per job b* and sigma (goodput.sql 8) in half keys (0.005 %; b* at least 1) from its histogram of
+    running levels (key at 0.01 %, count)."""
     rows = []
     for (job_id,), h in hist.sort("key").group_by("job_id", maintain_order=True):
         ks, c0 = h["key"].to_numpy().astype(np.int64), h["c"].to_numpy().astype(np.int64)
@@ -249,13 +249,12 @@ def _healthy(hist: pl.DataFrame, cfg: AnalyzerConfig) -> pl.DataFrame:
         ok = hi_idx < len(upto)
         spans = np.where(ok, lo_keys[np.minimum(hi_idx, len(upto) - 1)] - lo_keys, np.iinfo(np.int64).max)
         best = int(np.lexsort((lo_keys, spans))[0])  # the shortest half, ties to the lowest
-        mid = (lo_keys[best] + lo_keys[hi_idx[best]]) / 2
-        b_star = mid / 100
-        i_star = int(np.argmax(ks >= mid))
+        mid2 = int(lo_keys[best] + lo_keys[hi_idx[best]])  # b* and sigma in half keys, as integers
+        i_star = int(np.argmax(2 * ks >= mid2))
         n_up = n - int(cs[i_star] - c0[i_star])
-        sigma = ks[np.argmax(cs >= n - math.ceil(0.3173 * n_up) + 1)] / 100 - b_star
-        rows.append((job_id, b_star, sigma))
-    return pl.DataFrame(rows, schema=["job_id", "b_star", "sigma"], orient="row")
+        sh = 2 * int(ks[np.argmax(cs >= n - math.ceil(0.3173 * n_up) + 1)]) - mid2
+        rows.append((job_id, max(mid2, 1), sh))
+    return pl.DataFrame(rows, schema=["job_id", "bh", "sh"], orient="row")
 
 
 def _node_evidence(root: Path, cfg: AnalyzerConfig, w: int) -> pl.LazyFrame:
@@ -412,9 +411,14 @@ def classify(root: Path, cfg: AnalyzerConfig, stages: dict[str, float] | None = 
     hist = samples.group_by(jk.alias("jk")).agg(pl.len().alias("c"), pl.col("job_id").first())
     healthy = _healthy(hist.select("job_id", (pl.col("jk") % 65_536).alias("key"), "c"), cfg)
     lap("healthy level per job")
-    # 11. the lost share per (job, GPU, window)
-    bs = pl.max_horizontal(pl.col("b_star"), 1e-6)
-    dead_key = pl.max_horizontal(cfg.stalled_second_fraction * bs, cfg.noise_z * pl.col("sigma")) * 100
+    # 11. the lost share per (job, GPU, window), decided in integers as run.py's dead_level and
+    # at_healthy_level (Int64 but the squares, Int128)
+    t, z, f = cfg.ppm("healthy_tolerance"), cfg.ppm("noise_z"), cfg.ppm("stalled_second_fraction")
+    bh, sh, live_n, short_n = pl.col("bh"), pl.col("sh"), pl.col("live_n"), pl.col("short_n")
+    dead_key = (pl.max_horizontal(f * bh, z * sh) + 1_999_999) // 2_000_000
+    at_healthy_level = (short_n * 200_000 < t * bh * live_n) | (
+        short_n.cast(pl.Int128) ** 2 * 40_000_000_000 < (z * sh).cast(pl.Int128) ** 2 * live_n
+    )
     loss = (
         samples.lazy()
         .join(
@@ -424,35 +428,19 @@ def classify(root: Path, cfg: AnalyzerConfig, stages: dict[str, float] | None = 
         .with_columns((pl.col("key") < pl.col("dead_key")).alias("dead"))
         .group_by("job_id", "node", "gpu", "wi")
         .agg(
-            pl.len().alias("n"),
+            pl.len().cast(pl.Int64).alias("n"),
             pl.col("bm").cast(pl.Int64).sum().alias("bsum"),
-            pl.col("dead").sum().alias("n_dead"),
+            pl.col("dead").sum().cast(pl.Int64).alias("n_dead"),
             pl.col("key").cast(pl.Int64).filter(pl.col("dead")).sum().alias("dead_sum"),
-            pl.col("b_star").first(),
-            pl.col("sigma").first(),
+            pl.col("bh").first(),
+            pl.col("sh").first(),
         )
-        .with_columns(bs.alias("bs"))
+        .with_columns((pl.col("n") - pl.col("n_dead")).alias("live_n"))
+        .with_columns((5 * live_n * bh - (pl.col("bsum") - 10 * pl.col("dead_sum"))).alias("short_n"))
         .with_columns(
-            pl.when(pl.col("n") > pl.col("n_dead"))
-            .then(
-                (_div(pl.col("bsum"), 1000) - _div(pl.col("dead_sum"), 100))
-                / (pl.col("n") - pl.col("n_dead"))
-            )
-            .otherwise(pl.col("bs"))
-            .alias("b_live"),
-            pl.max_horizontal(
-                cfg.healthy_tolerance,
-                cfg.noise_z
-                * pl.col("sigma")
-                / pl.max_horizontal(1, pl.col("n") - pl.col("n_dead")).sqrt()
-                / pl.col("bs"),
-            ).alias("tolerance"),
-        )
-        .with_columns((1 - pl.col("b_live") / pl.col("bs")).alias("short"))
-        .with_columns(
-            pl.when(pl.col("short") < pl.col("tolerance"))
+            pl.when((live_n == 0) | at_healthy_level)
             .then(0.0)
-            .otherwise(pl.col("short").clip(0.0, 1.0))
+            .otherwise(pl.min_horizontal(1.0, short_n / (5 * live_n * bh)))
             .alias("l_live")
         )
         .select(

@@ -81,6 +81,7 @@ def test_input_it_does_not_implement_is_refused(bench_day, tmp_path):
 def _at_the_edges():
     """Scenarios of the analyzers' own edge tests (tests/analyzers), each at one edge of a rule the
     baseline re-implements: the bench day's evidence sits far from every threshold."""
+    from tests.analyzers import test_exact_thresholds as exact
     from tests.analyzers import test_noise as noise
     from tests.analyzers import test_relative_evidence as relative
 
@@ -175,6 +176,8 @@ def _at_the_edges():
         "both kinds, split by strength": both_kinds,
         "seconds at and under the dead level": dead_level,
         "a second exactly at the tolerance": at_the_tolerance,
+        "a window exactly the tolerance short": lambda sc: exact.idle(sc, 50.40, lambda s: 47.88),
+        "seconds exactly at 0.1 b*": lambda sc: exact.idle(sc, 50.10, lambda s: 5.01),
         "checkpoints and startup": checkpoints,
     }
 
