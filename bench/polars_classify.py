@@ -172,7 +172,7 @@ def _real_starts(events: pl.DataFrame, alloc: pl.DataFrame, root: Path, cfg: Ana
             continue
         ordered = means["mb"].sort()
         p = ordered[min(int(cfg.healthy_quantile * len(ordered)), len(ordered) - 1)]
-        jump = means.filter((pl.col("mb") >= cfg.healthy_cutoff * p) & (p > 0))["t"]
+        jump = means.filter((pl.col("mb") * 1_000_000 >= cfg.ppm("healthy_cutoff") * p) & (p > 0))["t"]
         if len(jump):
             moved[job_id] = max(run_t, jump[0] + 1 - 1000)
     if not moved:
@@ -239,7 +239,7 @@ def _healthy(hist: pl.DataFrame, cfg: AnalyzerConfig) -> pl.DataFrame:
         cs = np.cumsum(c0)
         n = int(cs[-1])
         p = ks[np.argmax(cs >= math.ceil(round(cfg.healthy_quantile * n, 6)))]
-        i0 = int(np.argmax(ks >= cfg.healthy_cutoff * p))
+        i0 = int(np.argmax(ks * 1_000_000 >= cfg.ppm("healthy_cutoff") * p))
         before = int(cs[i0] - c0[i0])
         m = n - before
         lo_keys, upto = ks[i0:], cs[i0:] - before

@@ -218,7 +218,14 @@ class TopologyConfig(Table, frozen=True):
 # ------------------------------------------------------------------ analysis and loading
 
 
-EXACT_KEYS = ("healthy_tolerance", "stalled_second_fraction", "noise_z", "straggler_min_slowdown")
+EXACT_KEYS = (
+    "healthy_cutoff",
+    "healthy_tolerance",
+    "stalled_second_fraction",
+    "noise_z",
+    "straggler_min_slowdown",
+    "straggler_persistent_fraction",
+)
 """The [analyzer] thresholds the analyzers compare exactly (AnalyzerConfig.ppm)."""
 
 
@@ -234,8 +241,8 @@ class AnalyzerConfig(Table, frozen=True):
     half."""
     healthy_tolerance: Annotated[float, Meta(ge=0, lt=1)] = 0.05
     """A window this close to the healthy level (1 - b/b* below it) is wholly productive; one exactly at
-    it is not. At most 6 decimals, as stalled_second_fraction, noise_z and straggler_min_slowdown: the
-    analyzers compare at them exactly, in millionths."""
+    it is not. At most 6 decimals, as healthy_cutoff, stalled_second_fraction, noise_z,
+    straggler_min_slowdown and straggler_persistent_fraction: the analyzers compare at them exactly."""
     stalled_second_fraction: Annotated[float, Meta(ge=0, lt=1)] = 0.1
     """A running second below this fraction of the healthy level did no work: wholly lost, not credited
     with its residual activity (a GPU waiting on data or a collective still shows a few % SM)."""

@@ -243,7 +243,7 @@ per_second AS (
 ),
 jump AS (
     SELECT job_id, attempt, arraySort(groupArray((t, mb))) AS series, quantileExact({healthy_quantile})(mb) AS p,
-           arrayFirstIndex(x -> x.2 >= {healthy_cutoff} * p AND p > 0, series) AS i,
+           arrayFirstIndex(x -> x.2 * 1000000 >= {healthy_cutoff_ppm} * p AND p > 0, series) AS i,
            if(i > 0, series[i].1 + 1 - 1000, toInt64(0)) AS jump_t
     FROM per_second GROUP BY job_id, attempt
 )
@@ -460,7 +460,7 @@ SELECT job_id, jn, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m
 FROM (
     SELECT k.job_id AS job_id, h.jn AS jn, h.ks AS ks, h.c0 AS c0, arrayCumSum(c0) AS cs, cs[-1] AS n,
            ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
-           arrayFirstIndex(k -> k >= {healthy_cutoff} * p, ks) AS i0, t.sum_b AS sum_b, t.n_all AS n_all
+           arrayFirstIndex(k -> k * 1000000 >= {healthy_cutoff_ppm} * p, ks) AS i0, t.sum_b AS sum_b, t.n_all AS n_all
     FROM (SELECT jn, arraySort(groupArray((key, c))) AS h, arrayMap(x -> x.1, h) AS ks, arrayMap(x -> x.2, h) AS c0
           FROM (SELECT jn, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key GROUP BY jn, key)
           GROUP BY jn) AS h
@@ -637,7 +637,7 @@ FROM (
     SELECT job_id, wi, argMax((rank, node, gpu, ratio, steps, extra_ms, step_ms), (ratio, -rank)) AS w
     FROM per_rank GROUP BY job_id, wi
 )
-WHERE ratio >= 1 + {straggler_min_slowdown}
+WHERE ratio >= {straggler_min_ratio}  -- the decimal 1 + slowdown: 1 + 0.14 in floats is over 1.14
 ;;
 -- 10c. Stragglers from SM activity, for jobs without step events (the GPU signals say who arrives last at
 --    each collective): in a synchronous gang the straggler computes flat out while the others wait for it,
@@ -692,7 +692,7 @@ WHERE gpus >= 2 AND med.5 > 0 AND med.5 * 200000 >= toInt64(med.4) * {dead_level
 CREATE OR REPLACE TABLE tmp_straggler_episodes ENGINE = {temp_engine} AS
 SELECT e.job_id AS job_id, e.src AS src, e.rank AS rank, e.node AS node, e.gpu AS gpu, e.wi_lo AS wi_lo,
        e.wi_hi AS wi_hi, e.steps AS steps, e.ratio AS ratio,
-       if(e.wi_hi - e.wi_lo + 1 >= {straggler_persistent_fraction} * j.windows, 'persistent', 'transient') AS kind,
+       if((e.wi_hi - e.wi_lo + 1) * 1000000 >= {straggler_persistent_fraction_ppm} * j.windows, 'persistent', 'transient') AS kind,
        toUInt32(row_number() OVER (ORDER BY e.job_id, e.src, e.rank, e.node, e.gpu, e.wi_lo)) AS episode  -- 11b, stragglers.sql
 FROM (
     SELECT job_id, src, rank, node, gpu, min(wi) AS wi_lo, max(wi) AS wi_hi,

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import ChainMap
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -189,6 +190,7 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "W": str(w),
         "healthy_quantile": repr(float(a.healthy_quantile)),
         "healthy_cutoff": repr(float(a.healthy_cutoff)),
+        "healthy_cutoff_ppm": str(a.ppm("healthy_cutoff")),
         "healthy_tolerance": repr(float(a.healthy_tolerance)),
         "stalled_second_fraction": repr(float(a.stalled_second_fraction)),
         "noise_z": repr(float(a.noise_z)),
@@ -208,11 +210,13 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "step_wait_min": repr(float(a.step_wait_min)),
         "straggler_min_slowdown": repr(float(a.straggler_min_slowdown)),
         "straggler_min_slowdown_ppm": str(a.ppm("straggler_min_slowdown")),
+        "straggler_min_ratio": str(1 + Decimal(a.ppm("straggler_min_slowdown")) / 1_000_000),
         "dead_level": _dead_level(a),
         "at_healthy_level": _at_healthy_level(a),
         "straggler_min_steps": str(int(a.straggler_min_steps)),
         "straggler_min_windows": str(int(a.straggler_min_windows)),
         "straggler_persistent_fraction": repr(float(a.straggler_persistent_fraction)),
+        "straggler_persistent_fraction_ppm": str(a.ppm("straggler_persistent_fraction")),
         "straggler_score": repr(float(a.straggler_score)),
         "straggler_mask": str(int(a.straggler_clock_event_mask)),
         "fault_evidence_ms": str(int(round(a.fault_evidence_s * 1000))),

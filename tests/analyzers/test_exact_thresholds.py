@@ -4,8 +4,11 @@ fell either way by rounding (0.1 x 50.10 % is 501.00000000000006 keys; 1 - 47.88
 Each case below is one the float comparisons got wrong, with a neighbour one key away; the rule decides
 the tie: a second at the dead level is live, a window short of b* by exactly the tolerance loses, a
 straggler exactly straggler_min_slowdown over its gang is one, and a GPU halfway between the busiest and
-the median is not nearer the busiest."""
+the median is not nearer the busiest. Thresholds the config sets (healthy_cutoff,
+straggler_min_slowdown, straggler_persistent_fraction) are met exactly where floats rounded their
+product or sum past the tie (1 + 0.14 is 1.1400000000000001; 0.55 x 100 is 55.00000000000001)."""
 
+import msgspec
 import pytest
 
 from tests.analyzers import test_noise as one_node
@@ -81,3 +84,60 @@ def test_a_gpu_halfway_to_the_busiest_is_not_on_its_side(sc, level, found):
     # straggler stays one GPU on one node. Nearer (80.01 %), it makes the busy side two nodes: no straggler
     got = straggler_episodes(sc, 90.0, 90.0, lambda i, g: level if (i, g) == (0, 2) else 70.0)
     assert got == ([("gpu-core-002", 1)] if found else [])
+
+
+def configured(sc: Scenario, **analyzer) -> None:
+    sc.cfg = msgspec.structs.replace(sc.cfg, analyzer=msgspec.structs.replace(sc.cfg.analyzer, **analyzer))
+
+
+@pytest.mark.parametrize(("low", "b_star"), [(7.15, 7.15), (7.14, 13.0)])
+def test_a_level_exactly_at_the_healthy_cutoff_is_healthy(sc, low, b_star):
+    # healthy_cutoff 0.55; the 0.9 quantile is 13.00 %, and 7.15 % (6 of 10 seconds) is exactly 0.55 x it:
+    # among the healthy seconds, so b* is the level of most of them. Just under the cutoff, it is not
+    configured(sc, healthy_cutoff=0.55)
+    one_node.job(sc, lambda s, g: 13.0 if s % 5 < 2 else low)
+    assert one_node.healthy_level(sc) == pytest.approx(b_star, abs=1e-9)
+
+
+def step_episodes(sc: Scenario, compute_ms: float, end: int, slow_until: int) -> list[tuple]:
+    """Two nodes x 2 GPUs, a 2 s step ending every 2 s in (0, end], every rank computing 1,000 ms but rank 3
+    (node 2, GPU 1), which computes `compute_ms` in the steps ending up to slow_until: the episodes 10b
+    finds, as (rank, steps, kind)."""
+    j = dict(job_id="j", account="research")
+    nodes = ("gpu-core-001", "gpu-core-002")
+    sc.job(*(dict(t=0, event="allocated", node=n, gpu_indices=[0, 1], **j) for n in nodes))
+    sc.job(dict(t=0, event="gang_complete", **j), dict(t=0, event="running", **j))
+    sc.job(
+        dict(t=end, event="completed", **j),
+        *(dict(t=end, event="released", node=n, gpu_indices=[0, 1], **j) for n in nodes),
+    )
+    for i, n in enumerate(nodes):
+        sc.gpu(n, [0, 1], 0, end, 90.0)
+        for g in (0, 1):
+            slow = compute_ms if (i, g) == (1, 1) else 1000.0
+            sc.steps(
+                n,
+                "j",
+                [g],
+                0,
+                end,
+                2,
+                lambda s, slow=slow: (5.0, 2000.0 - 5.0 - (slow if s <= slow_until else 1000.0)),
+                2 * i,
+            )
+    sc.load()
+    sc.analyze(0, end + 100)
+    return [(e["rank"], e["steps"], e["kind"]) for e in two_nodes.episodes(sc)]
+
+
+@pytest.mark.parametrize(("compute_ms", "found"), [(1140.0, True), (1139.0, False)])
+def test_a_rank_exactly_the_minimum_slowdown_slower_straggles(sc, compute_ms, found):
+    configured(sc, straggler_min_slowdown=0.14)
+    assert step_episodes(sc, compute_ms, 400, 400) == ([(3, 200, "persistent")] if found else [])
+
+
+@pytest.mark.parametrize(("slow_until", "kind"), [(550, "persistent"), (540, "transient")])
+def test_an_episode_over_exactly_the_persistent_fraction_is_persistent(sc, slow_until, kind):
+    # 55 of the job's 100 windows with step events: exactly straggler_persistent_fraction 0.55
+    configured(sc, straggler_persistent_fraction=0.55)
+    assert step_episodes(sc, 1100.0, 1000, slow_until) == [(3, slow_until // 2, kind)]

@@ -155,6 +155,10 @@ def _at_the_edges():
 
         noise.job(sc, busy)
 
+    def at_the_cutoff(sc):  # healthy_cutoff 0.55 of 13.00 %: 7.15 % is healthy, and b*; 7.14 % would not be
+        exact.configured(sc, healthy_cutoff=0.55)
+        noise.job(sc, lambda s, g: 13.0 if s % 5 < 2 else 7.15)
+
     def coarse_running(sc):  # `running` with gang_complete; the GPUs busy 45 s later: startup till then
         noise.job(sc, lambda s, g: 5.0 if s <= 45 else 90.0)
 
@@ -178,6 +182,7 @@ def _at_the_edges():
         "a second exactly at the tolerance": at_the_tolerance,
         "a window exactly the tolerance short": lambda sc: exact.idle(sc, 50.40, lambda s: 47.88),
         "seconds exactly at 0.1 b*": lambda sc: exact.idle(sc, 50.10, lambda s: 5.01),
+        "a level exactly at the healthy cutoff": at_the_cutoff,
         "checkpoints and startup": checkpoints,
     }
 
@@ -206,7 +211,7 @@ def test_the_same_gpu_hours_at_the_rules_edges(_store, tmp_path, name):
     }
     bench = bench_module("bench_analyze")
     bench.write_parquet(_store, tmp_path)
-    theirs = bench_module("polars_classify").classify(tmp_path, config_mod.load().analyzer)
+    theirs = bench_module("polars_classify").classify(tmp_path, sc.cfg.analyzer)
     assert {k: round(v * 3600, 3) for k, v in theirs.items() if v} == {
         k: round(v * 3600, 3) for k, v in found.items()
     }
