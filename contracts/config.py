@@ -221,6 +221,8 @@ class TopologyConfig(Table, frozen=True):
 EXACT_KEYS = (
     "healthy_cutoff",
     "healthy_tolerance",
+    "evidence_floor",
+    "evidence_rise",
     "stalled_second_fraction",
     "noise_z",
     "straggler_min_slowdown",
@@ -241,8 +243,9 @@ class AnalyzerConfig(Table, frozen=True):
     half."""
     healthy_tolerance: Annotated[float, Meta(ge=0, lt=1)] = 0.05
     """A window this close to the healthy level (1 - b/b* below it) is wholly productive; one exactly at
-    it is not. At most 6 decimals, as healthy_cutoff, stalled_second_fraction, noise_z,
-    straggler_min_slowdown and straggler_persistent_fraction: the analyzers compare at them exactly."""
+    it is not. At most 6 decimals, as healthy_cutoff, stalled_second_fraction, noise_z, evidence_floor,
+    evidence_rise, straggler_min_slowdown and straggler_persistent_fraction: the analyzers compare at them
+    exactly."""
     stalled_second_fraction: Annotated[float, Meta(ge=0, lt=1)] = 0.1
     """A running second below this fraction of the healthy level did no work: wholly lost, not credited
     with its residual activity (a GPU waiting on data or a collective still shows a few % SM)."""
@@ -270,7 +273,7 @@ class AnalyzerConfig(Table, frozen=True):
     evidence_floor: Annotated[float, Meta(gt=0, le=1)] = 0.5
     """A stall's evidence under its threshold still counts where it is at least this fraction of the
     threshold and has risen `evidence_rise` x over the node's level while the job was healthy."""
-    evidence_rise: Annotated[float, Meta(ge=1)] = 3.0
+    evidence_rise: Annotated[float, Meta(ge=1, le=1000)] = 3.0
     """How far a signal under its threshold must rise over its healthy level to count as evidence."""
     evidence_baseline_windows: Count = 6
     """Healthy windows a (job, node) needs before its healthy evidence level is trusted; fewer, and only

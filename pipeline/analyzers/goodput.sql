@@ -495,7 +495,9 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 --    rate per node: a job starved by another reads less than the hog, but not nothing), so a pool at its
 --    ceiling does not mark the nodes of jobs that hardly read. Fabric: congestion on any port of the node
 --    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
---    evidence (at or above threshold, or risen with the stall: 11a). Read from the NIC and storage rollups
+--    evidence (at or above threshold, or risen with the stall: 11a); a strength is kept in millionths of
+--    its threshold (an integer, capped at 1e12 thresholds), so 11b decides at its thresholds exactly: in
+--    floats, 0.6 against 3 x 0.2 (a signal risen exactly evidence_rise x) was under. Read from the NIC and storage rollups
 --    or the same sums over the raw rows (3e); rates are averaged from integer sums (milli-units). Each
 --    node's storage per window first (tmp_node_storage), as both the pool's sum and the node's own
 --    signal read it; the fabric signals per (node, window) from tmp_nic_windows (3e) or the raw rows.
@@ -535,7 +537,8 @@ net AS (
     UNION ALL
     SELECT node, wi, xmit_wait, ecn, cnp, line_frac FROM ({nic_raw_windows})
 )
-SELECT node, nn, wi, greatest(s_pool, s_psi) AS s_d, greatest(s_congestion, s_line) AS s_c,
+SELECT node, nn, wi, toInt64(round(least(greatest(s_pool, s_psi), 1e12) * 1000000)) AS s_d,
+       toInt64(round(least(greatest(s_congestion, s_line), 1e12) * 1000000)) AS s_c,
        toLowCardinality(
            if(s_pool >= s_psi,
               concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)), '% of its ceiling'),
@@ -780,16 +783,18 @@ FROM (
            if(no_data, 1.0, multiIf(by_steps, greatest(g.l, least(1.0, f_step)),
                                     blamed, greatest(g.l, sg.f_wait), g.l)) AS l,
            ifNull(e.s_d, 0) AS s_d,
-           greatest(ifNull(e.s_c, 0), if(st.why != '' OR blamed, 1.0, 0.0)) AS s_c,
-           s_d >= 1 OR (s_d >= {evidence_floor} AND s_d >= {evidence_rise} * if(b.known = 1, b.base_d, inf)) AS d_ev,
-           s_c >= 1 OR (s_c >= {evidence_floor} AND s_c >= {evidence_rise} * if(b.known = 1, b.base_c, inf)) AS c_ev,
+           greatest(ifNull(e.s_c, 0), if(st.why != '' OR blamed, 1000000, 0)) AS s_c,
+           s_d >= 1000000 OR (s_d >= {evidence_floor_ppm} AND b.known = 1
+                              AND toInt128(s_d) * 1000000 >= toInt128({evidence_rise_ppm}) * b.base_d) AS d_ev,
+           s_c >= 1000000 OR (s_c >= {evidence_floor_ppm} AND b.known = 1
+                              AND toInt128(s_c) * 1000000 >= toInt128({evidence_rise_ppm}) * b.base_c) AS c_ev,
            multiIf(by_steps, f_data / f_step, d_ev AND c_ev,
                    if('{evidence_split}' = 'even', 0.5, s_d / (s_d + s_c)), d_ev, 1.0, 0.0) AS p_data,
            multiIf(by_steps, f_comm / f_step, c_ev, 1.0 - p_data, 0.0) AS p_comm,
            if(by_steps OR d_ev OR c_ev, 0.0, 1.0) AS p_idle,
            if(l = 0 OR p_data = 0, '',  -- the reasons of the seconds lost only: most are not
               if(by_steps, concat('step events of ', toString(sp.ranks), ' ranks: data wait'),
-                 concat(ifNull(e.storage_why, ''), if(s_d < 1, concat(' (', toString(round(s_d * 100)),
+                 concat(ifNull(e.storage_why, ''), if(s_d < 1000000, concat(' (', toString(round(s_d / 10000)),
                         '% of its threshold, risen with the stall)'), '')))) AS d_why,
            multiIf(l = 0 OR p_comm = 0, '',
                    blamed AND step_episode,
@@ -799,7 +804,7 @@ FROM (
                    blamed, concat('straggler ', sg.node, if(sg.gpu >= 0, concat(' GPU ', toString(sg.gpu)), ''),
                                   ' (', toString(round((sg.ratio - 1) * 100, 1)), '% busier than its gang)'),
                    st.why != '', st.why,
-                   concat(ifNull(e.net_why, ''), if(s_c < 1, concat(' (', toString(round(s_c * 100)),
+                   concat(ifNull(e.net_why, ''), if(s_c < 1000000, concat(' (', toString(round(s_c / 10000)),
                           '% of its threshold, risen with the stall)'), ''))) AS c_why
     FROM (SELECT k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn, p.wi AS wi, p.secs AS secs
           FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot

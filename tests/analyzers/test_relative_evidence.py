@@ -68,6 +68,13 @@ def test_a_signal_that_rose_less_than_the_factor_is_not_evidence(sc):
     assert got["idle"] == pytest.approx(LOST, rel=0.02)
 
 
+def test_a_signal_that_rose_exactly_the_factor_is_evidence(sc):
+    # 0.6 against 3 x 0.2: in floats 0.6 < 0.6000000000000001, and this was not evidence
+    got = run(sc, healthy=0.2, stalled=0.6)
+    assert got["comm_stall"] == pytest.approx(LOST, rel=0.02)
+    assert got.get("idle", 0.0) == pytest.approx(0.0, abs=1e-6)
+
+
 def test_a_signal_that_rose_just_over_the_factor_is_evidence(sc):
     got = run(sc, healthy=0.26, stalled=0.8)  # risen 3.08x
     assert got["comm_stall"] == pytest.approx(LOST, rel=0.02)
