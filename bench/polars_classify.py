@@ -83,6 +83,11 @@ def _div(expr: pl.Expr, k: float) -> pl.Expr:
     )
 
 
+def _in_millionths(strength: pl.Expr) -> pl.Expr:
+    """An evidence strength as goodput.sql 9 keeps it: millionths of its threshold, capped at 1e12."""
+    return _round(pl.min_horizontal(strength, 1e12) * 1_000_000).cast(pl.Int64)
+
+
 BUSY_MILLI = _round(pl.coalesce("sm_active_pct", "util_gpu_pct").cast(pl.Float64) * 1000)
 """A GPU sample's busy level in milli-percent, as the rollups and the raw path compute it."""
 
@@ -306,7 +311,9 @@ def _node_evidence(root: Path, cfg: AnalyzerConfig, w: int) -> pl.LazyFrame:
                 .then(_div(pl.col("ratio").fill_null(0), cfg.storage_saturation))
                 .otherwise(0.0),
                 _div(pl.col("psi"), max(cfg.psi_some_pct, 1e-9)),
-            ).alias("s_d"),
+            )
+            .pipe(_in_millionths)
+            .alias("s_d"),
         )
     )
 
@@ -350,7 +357,9 @@ def _node_evidence(root: Path, cfg: AnalyzerConfig, w: int) -> pl.LazyFrame:
                     _div(pl.col("cnp").fill_null(0), max(cfg.cnp_per_s, 1e-9)),
                 ),
                 _div(pl.col("line_frac").fill_null(0), cfg.nic_line_rate_fraction),
-            ).alias("s_c"),
+            )
+            .pipe(_in_millionths)
+            .alias("s_c"),
         )
     )
     return storage_ev.join(nic, on=["node", "wi"], how="full", coalesce=True)
@@ -474,9 +483,10 @@ def classify(root: Path, cfg: AnalyzerConfig, stages: dict[str, float] | None = 
         .filter(pl.col("k") >= cfg.evidence_baseline_windows)
     )
 
-    def shown(s: str, b: str) -> pl.Expr:
-        rise = pl.when(pl.col(b).is_not_null()).then(cfg.evidence_rise * pl.col(b)).otherwise(float("inf"))
-        return (pl.col(s) >= 1) | ((pl.col(s) >= cfg.evidence_floor) & (pl.col(s) >= rise))
+    def shown(s: str, b: str) -> pl.Expr:  # in millionths of the thresholds, as goodput.sql 11b
+        risen = pl.col(s).cast(pl.Int128) * 1_000_000 >= cfg.ppm("evidence_rise") * pl.col(b).cast(pl.Int128)
+        floor = pl.col(s) >= cfg.ppm("evidence_floor")
+        return (pl.col(s) >= 1_000_000) | (floor & pl.col(b).is_not_null() & risen).fill_null(False)
 
     # 11b-12. each window of running time: productive, and its loss split by the evidence
     split = (

@@ -177,6 +177,7 @@ def _at_the_edges():
         "evidence just under the floor": evidence(0.0, 0.49),
         "evidence risen under the factor": evidence(0.3, 0.8),
         "evidence risen over the factor": evidence(0.26, 0.8),
+        "evidence risen exactly the factor": evidence(0.2, 0.6),
         "both kinds, split by strength": both_kinds,
         "seconds at and under the dead level": dead_level,
         "a second exactly at the tolerance": at_the_tolerance,
