@@ -497,8 +497,9 @@ FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
 --    (xmit_wait, ECN marks, CNPs sent or handled) or transmit against line rate. Step 11 decides what is
 --    evidence (at or above threshold, or risen with the stall: 11a); a strength is kept in millionths of
 --    its threshold (an integer, capped at 1e12 thresholds), so 11b decides at its thresholds exactly: in
---    floats, 0.6 against 3 x 0.2 (a signal risen exactly evidence_rise x) was under. Read from the NIC and storage rollups
---    or the same sums over the raw rows (3e); rates are averaged from integer sums (milli-units). Each
+--    floats, 0.6 against 3 x 0.2 (a signal risen exactly evidence_rise x) was under. Read from the NIC
+--    and storage rollups or the same sums over the raw rows (3e); rates are averaged from integer sums
+--    (milli-units). Each
 --    node's storage per window first (tmp_node_storage), as both the pool's sum and the node's own
 --    signal read it; the fabric signals per (node, window) from tmp_nic_windows (3e) or the raw rows.
 --    A node's read rate divides by its distinct sample times over its mounts (uniqExact: the count
