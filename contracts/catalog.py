@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contracts.schema import KINDS
 
-SCHEMA_VERSION_DDL = 2
+SCHEMA_VERSION_DDL = 3
 """Version of the ClickHouse schema (docs/clickhouse.md); recorded in `schema_migrations`."""
 
 RAW_TABLES: dict[str, str] = {kind: f"raw_{kind}" for kind in KINDS}
@@ -35,6 +35,12 @@ SCHEDULING_DELAY = "scheduling_delay"
 FAULTS = "faults"
 FAULT_REPEATS = "fault_repeats"
 STRAGGLER_EPISODES = "straggler_episodes"
+GOODPUT_LIVE = "goodput_live"
+"""goodput_windows' columns for the last minutes only, from a live run (pipeline/analyzers/run.py `run_live`):
+provisional, each job classified with the numbers its last whole run kept in JOB_STATE."""
+JOB_STATE = "job_state"
+"""Per job, the numbers a whole analyzer run found that a live run cannot find in minutes of data: b* and
+the noise, the real starts of coarse `running` attempts, the evidence baselines, its nodes' clock offsets."""
 
 # fleet views (pipeline/analyzers/fleet.sql, docs/goodput-model.md "Scheduling and capacity", "Topology")
 QUEUE_DELAY_DAY = "queue_delay_day"

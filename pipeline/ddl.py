@@ -30,6 +30,10 @@ RAW_TTL_DAYS = 90
 EVENT_TTL_DAYS = 400
 OUTPUT_TTL_DAYS = 400
 DEAD_LETTER_TTL_DAYS = 30
+LIVE_TTL_DAYS = 2
+"""goodput_live keeps its provisional rows this long: by then whole runs have replaced them."""
+STATE_TTL_DAYS = 30
+"""job_state keeps a job's numbers this long after the run that last classified it."""
 
 _BASE_TYPES = {"int": "Int64", "float": "Float32", "bool": "Bool", "str": "String"}
 
@@ -252,6 +256,22 @@ def _category_columns(prefix: str) -> str:
     return ",\n    ".join(f"{prefix}{c} Float64" for c in catalog.CATEGORIES)
 
 
+_WINDOW_COLUMNS = """
+    cluster LowCardinality(String),
+    job_id String,
+    window_start DateTime('UTC') CODEC(DoubleDelta, ZSTD(1)),
+    window_s UInt16,
+    team LowCardinality(String),
+    pool LowCardinality(String),
+    account LowCardinality(String),
+    category LowCardinality(String),
+    gpu_seconds Float64,
+    cost Float64,
+    evidence String COMMENT 'why: the failure, the saturated pool, the straggler node',
+    computed_at DateTime DEFAULT now()"""
+"""goodput_windows' columns, which goodput_live shares: a live run writes the same rows (run.py)."""
+
+
 FIXED_TABLES = {
     catalog.SCHEMA_MIGRATIONS: """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -300,21 +320,26 @@ CREATE TABLE IF NOT EXISTS dim_topology (
 CREATE TABLE IF NOT EXISTS dim_accounts (account String, team LowCardinality(String))
 ENGINE = MergeTree ORDER BY account""",
     catalog.GOODPUT_WINDOWS: f"""
-CREATE TABLE IF NOT EXISTS goodput_windows (
-    cluster LowCardinality(String),
-    job_id String,
-    window_start DateTime('UTC') CODEC(DoubleDelta, ZSTD(1)),
-    window_s UInt16,
-    team LowCardinality(String),
-    pool LowCardinality(String),
-    account LowCardinality(String),
-    category LowCardinality(String),
-    gpu_seconds Float64,
-    cost Float64,
-    evidence String COMMENT 'why: the failure, the saturated pool, the straggler node',
-    computed_at DateTime DEFAULT now()
+CREATE TABLE IF NOT EXISTS goodput_windows ({_WINDOW_COLUMNS}
 ) ENGINE = MergeTree PARTITION BY toYYYYMM(window_start) ORDER BY (cluster, job_id, window_start, category)
 TTL window_start + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
+    catalog.GOODPUT_LIVE: f"""
+CREATE TABLE IF NOT EXISTS goodput_live ({_WINDOW_COLUMNS}
+) ENGINE = MergeTree PARTITION BY toYYYYMMDD(window_start) ORDER BY (cluster, window_start, job_id, category)
+TTL window_start + INTERVAL {LIVE_TTL_DAYS} DAY""",
+    catalog.JOB_STATE: f"""
+CREATE TABLE IF NOT EXISTS job_state (
+    cluster LowCardinality(String),
+    job_id String,
+    healthy_half_keys Int64 COMMENT 'b* in 0.005 % steps; 0: the run saw no running samples of the job',
+    noise_half_keys Int64 COMMENT 'the sample noise sigma in 0.005 % steps',
+    starts Array(Tuple(attempt Int64, real_ms Int64)) COMMENT 'real starts of attempts with a coarse running',
+    baselines Array(Tuple(node String, data_ppm Int64, comm_ppm Int64))
+        COMMENT 'evidence levels while healthy, in millionths of their thresholds',
+    clock_offsets Array(Tuple(node String, offset_ms Int64)) COMMENT 'its nodes'' clock offsets (not 0)',
+    computed_at DateTime DEFAULT now()
+) ENGINE = MergeTree ORDER BY (cluster, job_id)
+TTL computed_at + INTERVAL {STATE_TTL_DAYS} DAY""",
     catalog.JOB_SUMMARY: f"""
 CREATE TABLE IF NOT EXISTS job_summary (
     cluster LowCardinality(String),
@@ -523,6 +548,8 @@ SHARD_KEYS: dict[str, str] = {
     catalog.DIM_POOLS: "cityHash64(pool)",
     catalog.DIM_ACCOUNTS: "cityHash64(account)",
     catalog.GOODPUT_WINDOWS: "cityHash64(job_id)",
+    catalog.GOODPUT_LIVE: "cityHash64(job_id)",
+    catalog.JOB_STATE: "cityHash64(job_id)",
     catalog.JOB_SUMMARY: "cityHash64(job_id)",
     catalog.TEAM_DAY: "cityHash64(team)",
     catalog.SCHEDULING_DELAY: "cityHash64(job_id)",
@@ -627,6 +654,7 @@ def backfill_rollup(store: Store, kind: str) -> None:
 MIGRATIONS = {
     1: "initial schema: raw tables, dead letters, outputs",
     2: "insert-time rollups of the gpu, nic and storage rows, per 10 s (materialized views)",
+    3: "live runs: goodput_live (provisional windows of the last minutes) and job_state (what they carry)",
 }
 """Schema versions and what each added, as recorded in schema_migrations (docs/clickhouse.md)."""
 

@@ -317,6 +317,17 @@ same sums (`pipeline.ddl.rollup_select`); also every node where the analyzer win
 `migrate` fills the rollups of a store from before version 2 from its raw rows, and records version 2
 only when that is done.
 
+## Live runs (version 3)
+`goodput_live` has `goodput_windows`' columns and holds a live run's rows (`goodput analyze --live
+SECONDS`, `[loader].live_every_s`): the windows of the data's last minutes, classified with each job's
+numbers from its last whole run, which that run keeps in `job_state` (b* and the noise in half keys of
+0.005 %, the real starts of coarse `running` attempts, the evidence baselines in millionths of their
+thresholds, the clock offsets of its nodes; integers, as the analyzers compare them). The rows are
+provisional: each live run replaces its windows, whole runs never write there and `goodput_windows` stays
+the record; they expire after 2 days. Reading "now": `goodput_live`'s windows after the latest one in
+`goodput_windows` (docs/goodput-model.md, "Live runs"). Both tables are new in version 3; nothing existing
+changed, so `migrate` only creates them.
+
 ## Tables
 """
     ]

@@ -16,6 +16,10 @@
 -- hash tables hold a part, not the day. A part's rows depend on no other part's, so the tables are the
 -- same in any number of parts.
 -- Temp tables are created with ENGINE = {temp_engine} (run.py TEMP_ENGINE): in memory, compressed.
+-- A live run ({live} = 1, run.py run_live) classifies only the windows from {live_from} on, of the jobs
+-- alive then, into goodput_live: each job with the numbers its last whole run kept in job_state (2a), as
+-- minutes of data cannot give them, and the rest as a whole run does. A whole run has {live} = 0 and
+-- {live_from} = 0: the statements below then mean what they say without the live clauses.
 
 -- 1. Job events of jobs alive in the range: all their events, before and after it.
 CREATE OR REPLACE TABLE tmp_events ENGINE = {temp_engine} AS
@@ -40,6 +44,18 @@ SELECT job_id,
                maxIf(t, event IN ('failed', 'preempted')),
                greatest(toInt64({as_of}), max(t))) AS end_t
 FROM tmp_events GROUP BY job_id
+;;
+-- 2a. In a live run, what each job's last whole run found and kept (state.sql): b* and sigma (8), the real
+--     starts of its coarse attempts (3c), its evidence baselines (11a), its nodes' clock offsets (3a).
+--     Empty in a whole run.
+CREATE OR REPLACE TABLE tmp_carried ENGINE = {temp_engine} AS
+SELECT job_id, kept.1 AS bh, kept.2 AS sh, kept.3 AS starts, kept.4 AS baselines, kept.5 AS clock_offsets,
+       latest AS computed_at
+FROM (SELECT job_id, argMax((healthy_half_keys, noise_half_keys, starts, baselines, clock_offsets), computed_at) AS kept,
+             max(computed_at) AS latest
+      FROM job_state
+      WHERE {live} AND cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)
+      GROUP BY job_id)
 ;;
 -- 3. Allocation intervals per GPU: from `allocated` to the next `released` naming that GPU (or the whole
 --    node) of the job, even after the job ended (held after completed: idle); without a release, until the
@@ -148,10 +164,11 @@ CREATE OR REPLACE TABLE tmp_clock ENGINE = {temp_engine} AS
 WITH
 tagged AS (  -- the GPU rollup keeps each (window, job)'s first and last sample, by the node's clock
     SELECT job_id, node, min(f) AS f, max(l) AS l
-    FROM (SELECT job_id, node, first_ms AS f, last_ms AS l FROM {rollup_gpu} WHERE {rollups} AND cluster = '{cluster}'
+    FROM (SELECT job_id, node, first_ms AS f, last_ms AS l FROM {rollup_gpu}
+          WHERE {rollups} AND NOT {live} AND cluster = '{cluster}'
           UNION ALL
           SELECT assumeNotNull(job_id), node, toUnixTimestamp64Milli(ts), toUnixTimestamp64Milli(ts)
-          FROM raw_gpu WHERE NOT {rollups} AND cluster = '{cluster}')
+          FROM raw_gpu WHERE NOT {rollups} AND NOT {live} AND cluster = '{cluster}')
     WHERE job_id IN (SELECT job_id FROM tmp_events)
     GROUP BY job_id, node
 ),
@@ -169,7 +186,7 @@ by_broker AS (
     SELECT b.node AS node, max(b.sent_ms - b.appended_ms) AS off
     FROM (SELECT node, toUnixTimestamp64Milli(sent) AS sent_ms, toUnixTimestamp64Milli(assumeNotNull(appended)) AS appended_ms
           FROM ingested_batches
-          WHERE cluster = '{cluster}' AND appended IS NOT NULL AND kind IN ('gpu', 'nic', 'storage')
+          WHERE NOT {live} AND cluster = '{cluster}' AND appended IS NOT NULL AND kind IN ('gpu', 'nic', 'storage')
             AND node IN (SELECT node FROM span)) AS b
     INNER JOIN span AS s ON b.node = s.node
     WHERE b.appended_ms >= s.n0 AND b.appended_ms <= s.n1
@@ -180,16 +197,21 @@ SELECT if(b.node != '', b.node, a.node) AS node,
        if(b.node != '', 'broker', 'allocation') AS method
 FROM by_alloc AS a FULL OUTER JOIN by_broker AS b ON a.node = b.node
 WHERE offset_ms != 0
+UNION ALL  -- a live run: the offsets its jobs' last whole runs found, the latest per node
+SELECT o.1 AS node, argMax(o.2, (computed_at, job_id)) AS offset_ms, 'carried' AS method
+FROM tmp_carried ARRAY JOIN clock_offsets AS o
+GROUP BY node
 ;;
 -- 3b. What the run covers: the samples of its jobs' allocations (lo, hi] (read from skew ms either side,
---     the largest clock offset corrected), and the days whose windows it rewrites (its jobs' allocations and their windows stored before, plus the range itself).
+--     the largest clock offset corrected; a live run's from {live_from}), and the days whose windows it
+--     rewrites (its jobs' allocations and their windows stored before, plus the range itself).
 CREATE OR REPLACE TABLE tmp_span ENGINE = {temp_engine} AS
 WITH old AS (
     SELECT toInt64(min(toUnixTimestamp(window_start))) * 1000 AS o_lo,
            toInt64(max(toUnixTimestamp(window_start))) * 1000 AS o_hi, count() AS o_n
     FROM goodput_windows WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_events)
 )
-SELECT ifNull(min(a0), 0) AS lo, ifNull(max(a1), 0) AS hi,
+SELECT greatest(ifNull(min(a0), 0), toInt64({live_from})) AS lo, ifNull(max(a1), 0) AS hi,
        (SELECT toInt64(ifNull(max(abs(offset_ms)), 0)) FROM tmp_clock) AS skew,
        least(toInt64({start}), if(count() > 0, min(a0), toInt64({start})),
              if(any(old.o_n) > 0, any(old.o_lo), toInt64({start}))) AS day_lo,
@@ -202,6 +224,7 @@ FROM tmp_alloc CROSS JOIN old
 --     source. Then the first training step (step events: its end minus its duration) marks the start;
 --     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
 --     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
+--     A live run takes the starts its jobs' last whole runs found (2a) and looks only for the others'.
 CREATE OR REPLACE TABLE tmp_start ENGINE = {temp_engine} AS
 WITH
 att AS (
@@ -215,6 +238,7 @@ att AS (
     ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
                     WHERE event IN ('failed', 'preempted', 'completed', 'cancelled')) AS x
         ON r.job_id = x.job_id AND x.t >= r.t
+    WHERE (r.job_id, r.attempt) NOT IN (SELECT job_id, s.1 FROM tmp_carried ARRAY JOIN starts AS s)
 ),
 steps AS (
     SELECT a.job_id AS job_id, a.attempt AS attempt, min(s.t0) AS first_step
@@ -254,6 +278,8 @@ FROM att AS a
 LEFT JOIN steps AS st ON a.job_id = st.job_id AND a.attempt = st.attempt
 LEFT JOIN jump AS j ON a.job_id = j.job_id AND a.attempt = j.attempt
 SETTINGS join_use_nulls = 1
+;;
+INSERT INTO tmp_start SELECT job_id, s.1, s.2 FROM tmp_carried ARRAY JOIN starts AS s
 ;;
 -- 3d. The lifecycle the phases follow: the job events with each coarse `running` moved to its real start.
 CREATE OR REPLACE TABLE tmp_lifecycle ENGINE = {temp_engine} AS
@@ -388,10 +414,10 @@ CREATE OR REPLACE TABLE tmp_job_numbers ENGINE = {temp_engine} AS SELECT DISTINC
 ;;
 CREATE OR REPLACE TABLE tmp_node_numbers ENGINE = {temp_engine} AS SELECT DISTINCT nn, node FROM tmp_slots
 ;;
--- 5a. Pieces: one GPU's allocation intersected with one segment.
+-- 5a. Pieces: one GPU's allocation intersected with one segment (in a live run, from {live_from} on).
 CREATE OR REPLACE TABLE tmp_pieces ENGINE = {temp_engine} AS
 SELECT a.job_id AS job_id, a.node AS node, a.gpu AS gpu, n.slot AS slot, n.jn AS jn, n.nn AS nn, s.phase AS phase,
-       s.evidence AS evidence, greatest(a.a0, s.s0) AS o0, least(a.a1, s.s1) AS o1
+       s.evidence AS evidence, greatest(a.a0, s.s0, toInt64({live_from})) AS o0, least(a.a1, s.s1) AS o1
 FROM tmp_alloc AS a INNER JOIN tmp_segments AS s ON a.job_id = s.job_id
 INNER JOIN tmp_slots AS n ON a.job_id = n.job_id AND a.node = n.node AND a.gpu = n.gpu
 WHERE o0 < o1
@@ -454,6 +480,8 @@ HAVING n > 0
 --    high by the cut through the noise below; the densest half sits on the level itself.
 --    The job's sample noise sigma is read off the healthy seconds above b*, which no stall reaches: the
 --    value exceeded by 0.3173 of them (P(Z > 1) / P(Z > 0) for normal noise) minus b*.
+--    A live run takes both from the job's last whole run (2a) where that saw it run, as minutes of data
+--    say little of a job's level: a job stalled for the last ten minutes would have the stall as b*.
 CREATE OR REPLACE TABLE tmp_healthy_hist ENGINE = {temp_engine} AS
 SELECT job_id, jn, ks, c0, cs, n, i0, cs[i0] - c0[i0] AS before, n - before AS m,
        sum_b / n_all / 1000 AS b_mean
@@ -462,7 +490,10 @@ FROM (
            ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
            arrayFirstIndex(k -> k * 1000000 >= {healthy_cutoff_ppm} * p, ks) AS i0, t.sum_b AS sum_b, t.n_all AS n_all
     FROM (SELECT jn, arraySort(groupArray((key, c))) AS h, arrayMap(x -> x.1, h) AS ks, arrayMap(x -> x.2, h) AS c0
-          FROM (SELECT jn, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key GROUP BY jn, key)
+          FROM (SELECT jn, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key
+                WHERE jn NOT IN (SELECT k.jn FROM tmp_job_numbers AS k INNER JOIN tmp_carried AS c
+                                     ON k.job_id = c.job_id WHERE c.bh > 0)
+                GROUP BY jn, key)
           GROUP BY jn) AS h
     INNER JOIN (SELECT jn, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY jn) AS t ON h.jn = t.jn
     INNER JOIN tmp_job_numbers AS k ON h.jn = k.jn
@@ -488,6 +519,11 @@ SELECT h.job_id AS job_id, h.jn AS jn, s.mid2 / 200 AS b_star, h.b_mean AS b_mea
        greatest(s.mid2, 1) AS bh  -- b* for 10c and 11, which decide in integers; a job whose level is 0
                                   -- (it never did anything) at 0.005 %, so its running time is lost
 FROM tmp_healthy_hist AS h INNER JOIN shortest AS s ON h.job_id = s.job_id
+;;
+INSERT INTO tmp_healthy (job_id, jn, b_star, sh, sigma, bh)
+SELECT c.job_id, k.jn, c.bh / 200, c.sh, c.sh / 200, c.bh
+FROM tmp_carried AS c INNER JOIN tmp_job_numbers AS k ON c.job_id = k.job_id
+WHERE c.bh > 0
 ;;
 -- 9. Evidence strength per (node, window): each signal over its threshold, so 1 is the threshold and the
 --    strongest signal of a kind counts. Storage: the node's own I/O pressure, or its pool's storage read
@@ -743,16 +779,26 @@ SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
 --    windows in which none of the job's GPUs on the node lost anything, given at least
 --    {evidence_baseline_windows} of them. A stall whose evidence is under the threshold but at least
 --    {evidence_floor} of it and {evidence_rise} x that level has evidence all the same: the signal rose
---    with the stall (a fixed threshold cannot get both sides of its edge right).
+--    with the stall (a fixed threshold cannot get both sides of its edge right). A live run takes the
+--    levels the job's last whole run found on a node (2a), and finds the others over its own windows.
+CREATE OR REPLACE TABLE tmp_carried_bases ENGINE = {temp_engine} AS
+SELECT k.jn AS jn, n.nn AS nn, b.2 AS base_d, b.3 AS base_c
+FROM tmp_carried AS c ARRAY JOIN c.baselines AS b
+INNER JOIN tmp_job_numbers AS k ON c.job_id = k.job_id
+INNER JOIN tmp_node_numbers AS n ON b.1 = n.node
+;;
 CREATE OR REPLACE TABLE tmp_evidence_base ENGINE = {temp_engine} AS
 SELECT h.jn AS jn, h.nn AS nn,
        quantileExactLow(0.5)(ifNull(e.s_d, 0)) AS base_d, quantileExactLow(0.5)(ifNull(e.s_c, 0)) AS base_c,
        toUInt8(1) AS known
 FROM (SELECT jn, nn, wi FROM tmp_loss GROUP BY jn, nn, wi HAVING max(l) = 0) AS h
 LEFT JOIN tmp_node_evidence AS e ON h.nn = e.nn AND h.wi = e.wi
+LEFT ANTI JOIN tmp_carried_bases AS c ON h.jn = c.jn AND h.nn = c.nn
 GROUP BY h.jn, h.nn
 HAVING count() >= {evidence_baseline_windows}
 SETTINGS join_use_nulls = 1
+;;
+INSERT INTO tmp_evidence_base SELECT jn, nn, base_d, base_c, toUInt8(1) FROM tmp_carried_bases
 ;;
 -- 11b. Each (job, GPU, window) of running time: its lost share l and how l splits (p_data + p_comm +
 --    p_idle = 1). In a straggler episode from steps (10b) the other GPUs' comm wait is the straggler's extra
@@ -866,14 +912,17 @@ SELECT s.jn, s.nn, s.wi, 'idle', 'no telemetry from node', s.secs
 FROM silent AS s LEFT ANTI JOIN (SELECT DISTINCT jn, wi FROM gang) AS g ON s.jn = g.jn AND s.wi = g.wi
 )
 ;;
-DELETE FROM {delete_from[goodput_windows]} WHERE cluster = '{cluster}' AND job_id IN ({alive_jobs})
+-- A whole run replaces its jobs' windows in goodput_windows; a live run ({windows_table} = goodput_live)
+-- its jobs' windows from {live_from} on.
+DELETE FROM {delete_windows}
+WHERE cluster = '{cluster}' AND window_start >= toDateTime(intDiv({live_from}, 1000)) AND job_id IN ({alive_jobs})
 ;;
 -- 13. One row per (job, window, category): seconds and cost summed as integers (micro-seconds, nano-units
 --     of currency); pool and evidence are those holding the most seconds, ties to the smallest name. The
 --     GPUs' rows are summed per (pool, evidence) before the maps pick those, and the job's names are
 --     looked up after (on the bench day 9.4 M rows -> 0.15 M: the statement 1.8 -> 1.0 s).
-INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,
-                             gpu_seconds, cost, evidence)
+INSERT INTO {windows_table} (cluster, job_id, window_start, window_s, team, pool, account, category,
+                               gpu_seconds, cost, evidence)
 SELECT '{cluster}', any(jobs.job_id), toDateTime(intDiv(w.wi * {W}, 1000)), {W} / 1000, jobs.team,
        (sumMap([w.pool], [w.secs_us]) AS pm).1[indexOf(pm.2, arrayMax(pm.2))], jobs.account, w.category,
        sum(w.secs_us) / 1e6, sum(w.cost_nano) / 1e9,

@@ -37,6 +37,7 @@ HERE = Path(__file__).parent
 TEMP_TABLES = (
     "tmp_events",
     "tmp_job_end",
+    "tmp_carried",
     "tmp_alloc",
     "tmp_clock",
     "tmp_span",
@@ -60,6 +61,7 @@ TEMP_TABLES = (
     "tmp_straggler_windows",
     "tmp_straggler_episodes",
     "tmp_loss",
+    "tmp_carried_bases",
     "tmp_evidence_base",
     "tmp_run_split",
     "tmp_classified",
@@ -81,9 +83,13 @@ OUTPUT_TABLES = (
     catalog.POOL_TEAM_DAY,
     catalog.IDLE_ALLOCATIONS,
     catalog.JOB_PLACEMENT,
+    catalog.JOB_STATE,
 )
-SQL_FILES = ("rollups.sql", "faults.sql", "stragglers.sql", "fleet.sql")
-"""Run in this order after goodput.sql, in the same run: they read its temp tables."""
+"""What a whole run writes (each replaced for the jobs or ranges it covers); a live run writes LIVE_OUTPUT."""
+LIVE_OUTPUT = catalog.GOODPUT_LIVE
+SQL_FILES = ("state.sql", "rollups.sql", "faults.sql", "stragglers.sql", "fleet.sql")
+"""Run in this order after goodput.sql, in a whole run: they read its temp tables. A live run runs
+goodput.sql alone."""
 READ_BY_RUN = ("tmp_events", "tmp_span")
 """Temp tables `run` itself reads between the SQL files (alive_jobs, the span's days, fleet_ranges): they
 are kept to the end of the run whatever the statements name."""
@@ -170,9 +176,10 @@ def _at_healthy_level(a: AnalyzerConfig) -> str:
     )
 
 
-def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[str, str]:
+def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0, live: bool = False) -> dict[str, str]:
     """Placeholders of the SQL. The range is widened to whole windows ([floor, ceil) of W), so a window is
-    never half inside it; `as_of_ms` (the end of the data) bounds jobs still open, else the range's end."""
+    never half inside it; `as_of_ms` (the end of the data) bounds jobs still open, else the range's end.
+    A `live` run classifies only the range's windows, from its start on ({live_from}), into goodput_live."""
     cluster, default_team = cfg.cluster.name, cfg.teams.default_team
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", cluster) or not re.fullmatch(r"[A-Za-z0-9_.-]+", default_team):
         raise ValueError(f"cluster {cluster!r} / default team {default_team!r}: use letters, digits, . _ -")
@@ -188,6 +195,9 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0) -> dict[
         "end": str(end),
         "as_of": str(as_of),
         "W": str(w),
+        "live": "1" if live else "0",
+        "live_from": str(start) if live else "0",
+        "windows_table": LIVE_OUTPUT if live else catalog.GOODPUT_WINDOWS,
         "healthy_quantile": repr(float(a.healthy_quantile)),
         "healthy_cutoff": repr(float(a.healthy_cutoff)),
         "healthy_cutoff_ppm": str(a.ppm("healthy_cutoff")),
@@ -445,11 +455,11 @@ def temp_reads(sql: str, run_id: str) -> set[str]:
     return set(re.findall(rf"\btmp_[a-z_]+_{run_id}\b", sql))
 
 
-def named_after_each_file(params: dict, run_id: str) -> dict[str, set[str]]:
-    """Per SQL file of the run, the temp tables that the files after it name (and those `run` reads
-    itself), so that each file can drop a table with the last statement naming it."""
-    names = {name: set[str]() for name in ("goodput.sql", *SQL_FILES)}
-    for name in SQL_FILES:
+def named_after_each_file(params: dict, run_id: str, files: tuple[str, ...]) -> dict[str, set[str]]:
+    """Per SQL file of the run (goodput.sql, then `files`), the temp tables that the files after it name
+    (and those `run` reads itself), so that each file can drop a table with the last statement naming it."""
+    names = {name: set[str]() for name in ("goodput.sql", *files)}
+    for name in files:
         for sql in statements(name, _StandIns({**params, "alive_jobs": ["0"]})):
             names[name] |= temp_reads(sql, run_id)
     later, out = {f"{t}_{run_id}" for t in READ_BY_RUN}, {}
@@ -535,26 +545,72 @@ def run(
     parts: int | None = None,
 ) -> dict[str, float]:
     """Classifies [start_ms, end_ms) and returns seconds per SQL file, for the log; `progress` gets a
-    step per statement (the commands pass one; the loader service's periodic runs do not).
+    step per statement (the commands pass one; the loader service's periodic runs do not). Every job
+    alive in the range is classified whole, and what a live run needs of it is kept (state.sql).
 
     `rollups=False` reads every node's raw rows, as a window that is no multiple of the rollups' does:
     the tests check that both give the same tables. `parts` sets how many parts the widest statements
     take (default: one per `ROWS_PER_PART` rows); the tests check that any number gives the same tables."""
+    as_of = data_end(store, cfg.cluster.name)
+    return _run(store, cfg, start_ms, end_ms, as_of, progress, rollups=rollups, parts=parts, live=False)
+
+
+def run_live(
+    store: Store,
+    cfg: Config,
+    from_ms: int,
+    progress: Progress | None = None,
+    *,
+    rollups: bool = True,
+    parts: int | None = None,
+) -> dict[str, float]:
+    """Classifies the windows from `from_ms` (floored to a window) to the end of the data into
+    goodput_live, replacing its rows from there; returns seconds per SQL file.
+
+    What the on-call engineer looks at every minute, in a time that grows with the minutes, not with the
+    jobs' lengths: only those windows are read and classified (goodput.sql `{live_from}`), each job with
+    the numbers its last whole run kept (job_state: b*, the noise, the real starts, the evidence
+    baselines, the clock offsets), and a job no whole run has seen yet with what its windows show. The
+    rows are provisional: they equal a whole run's where those numbers still hold (the tests compare),
+    and differ where the job's level moved since, or where a straggler episode or a failure's lost
+    progress reaches back before `from_ms`. goodput_windows, job_summary and the rest are untouched."""
+    as_of = data_end(store, cfg.cluster.name)
+    return _run(
+        store, cfg, from_ms, max(as_of, from_ms), as_of, progress, rollups=rollups, parts=parts, live=True
+    )
+
+
+def _run(
+    store: Store,
+    cfg: Config,
+    start_ms: int,
+    end_ms: int,
+    as_of_ms: int,
+    progress: Progress | None,
+    *,
+    rollups: bool,
+    parts: int | None,
+    live: bool,
+) -> dict[str, float]:
     timings: dict[str, float] = {}
     t = time.perf_counter()
     refresh_dimensions(store, cfg)
     run_id = uuid.uuid4().hex[:12]
     params: dict = {
-        **_params(cfg, start_ms, end_ms, data_end(store, cfg.cluster.name)),
+        **_params(cfg, start_ms, end_ms, as_of_ms, live),
         "run_id": run_id,
         "node_offset_ms": temp_names(NODE_OFFSET_MS, run_id),
-        "delete_from": {name: ddl.delete_target(store, name) or name for name in OUTPUT_TABLES},
+        "delete_from": {
+            name: ddl.delete_target(store, name) or name for name in (*OUTPUT_TABLES, LIVE_OUTPUT)
+        },
     }
+    params["delete_windows"] = params["delete_from"][params["windows_table"]]
     params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
     params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
     for kind in catalog.ROLLUP_TABLES:
         params.update(rollup_params(kind, params, run_id))
-    later = named_after_each_file(params, run_id)
+    files = () if live else SQL_FILES
+    later = named_after_each_file(params, run_id, files)
     count_parts = functools.cache(lambda: parts or part_count(store, run_id))
     try:
         selection, *rest = statements("goodput.sql", {**params, "alive_jobs": ["..."]})
@@ -573,11 +629,12 @@ def run(
         )
         timings["goodput.sql"] = time.perf_counter() - t
         t = time.perf_counter()
-        span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
-        for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
-            params[c] = str(int(span.column(c)[0].as_py()))
-        params.update(fleet_ranges(store, params, run_id))
-        for name in SQL_FILES:
+        if files:
+            span = store.query_arrow(temp_names("SELECT day_lo, day_hi FROM tmp_span", run_id))
+            for c in ("day_lo", "day_hi"):  # team_day's days: literals, as its DELETE may run ON CLUSTER
+                params[c] = str(int(span.column(c)[0].as_py()))
+            params.update(fleet_ranges(store, params, run_id))
+        for name in files:
             _execute(store, statements(name, params), name, progress, later[name], run_id, count_parts)
             timings[name] = time.perf_counter() - t
             t = time.perf_counter()

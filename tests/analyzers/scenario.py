@@ -20,7 +20,7 @@ from transport.base import InProcessTransport
 T0 = (int(time.time()) // 3600 - 6) * 3_600_000
 SCHED = "sched-01"
 JOB_FIELDS = [f.name for f in KINDS["job"].fields]
-DERIVED = analyzers.OUTPUT_TABLES
+DERIVED = (*analyzers.OUTPUT_TABLES, analyzers.LIVE_OUTPUT)
 
 
 def ms(t_s: float) -> int:

@@ -178,12 +178,12 @@ def test_migrate_fills_the_rollups_of_a_store_from_before_them(sc, cut_short):
         for statement in [ddl.rollup_table_ddl(k) for k in catalog.ROLLUP_TABLES] + ddl.rollup_views():
             sc.store.execute(statement)
         ddl.backfill_rollup(sc.store, "gpu")
-    assert ddl.migrate(sc.store) == catalog.SCHEMA_VERSION_DDL == 2
+    assert ddl.migrate(sc.store) == catalog.SCHEMA_VERSION_DDL == 3
     assert rollup_contents(sc.store) == fed
-    assert ddl.migrate(sc.store) == 2  # and once done, never again
+    assert ddl.migrate(sc.store) == 3  # and once done, never again
     assert rollup_contents(sc.store) == fed
     versions = sc.store.query_arrow(f"SELECT version FROM {catalog.SCHEMA_MIGRATIONS} ORDER BY version")
-    assert versions.column("version").to_pylist() == [1, 2]
+    assert versions.column("version").to_pylist() == [1, 2, 3]
 
 
 class RawNodes:

@@ -186,6 +186,21 @@ def test_analyzers_on_a_cluster_delete_on_the_local_tables_with_literal_jobs():
     assert any(s.startswith(f"INSERT INTO {catalog.GOODPUT_WINDOWS} (cluster,") for s in store.statements)
 
 
+def test_a_live_run_on_a_cluster_replaces_only_its_windows_of_goodput_live():
+    store = RecordingCluster()
+    analyzers.run_live(store, config_mod.load(), 3_000_000)
+    destructive = [s for s in store.statements if DESTRUCTIVE.match(s)]
+    targets = {DESTRUCTIVE.match(s)[2] for s in destructive}
+    dims = [catalog.DIM_NODES, catalog.DIM_POOLS, catalog.DIM_TOPOLOGY, catalog.DIM_ACCOUNTS]
+    assert targets == {name + ddl.LOCAL_SUFFIX for name in [*dims, catalog.GOODPUT_LIVE]}
+    live = [s for s in destructive if DESTRUCTIVE.match(s)[2] == catalog.GOODPUT_LIVE + ddl.LOCAL_SUFFIX]
+    assert len(live) == 2 and all("window_start >= toDateTime(intDiv(3000000, 1000))" in s for s in live)
+    assert any(s.startswith(f"INSERT INTO {catalog.GOODPUT_LIVE} (cluster,") for s in store.statements)
+    assert not any(
+        f"INTO {catalog.GOODPUT_WINDOWS} " in s or f"INTO {catalog.JOB_STATE} " in s for s in store.statements
+    )
+
+
 def test_analyzers_on_one_server_delete_from_the_catalog_tables():
     store = RecordingCluster()
     store.cluster = None  # a ServerStore without `cluster`; ChdbStore has no such attribute at all
@@ -196,8 +211,8 @@ def test_analyzers_on_one_server_delete_from_the_catalog_tables():
     )
     alive = re.compile(r"job_id IN \(SELECT DISTINCT job_id FROM tmp_events_\w+\)")
     assert (
-        sum(bool(alive.search(s)) for s in destructive) == 8
-    )  # 3 classification, faults, stragglers, 3 fleet (per job)
+        sum(bool(alive.search(s)) for s in destructive) == 9
+    )  # 3 classification, job_state, faults, stragglers, 3 fleet (per job)
 
 
 def _chdb_run(workdir: Path, start_ms: int, *flags: str) -> dict:

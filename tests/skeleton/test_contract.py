@@ -191,7 +191,7 @@ def test_one_bad_message_does_not_sink_its_neighbours():
 
 def test_ddl_applies_twice_and_records_its_version(tmp_path):
     with ChdbStore(tmp_path / "s") as store:
-        assert migrate(store) == migrate(store) == 2
+        assert migrate(store) == migrate(store) == 3
         names = set(
             store.query_arrow("SELECT name FROM system.tables WHERE database = currentDatabase()")
             .column("name")
@@ -205,6 +205,8 @@ def test_ddl_applies_twice_and_records_its_version(tmp_path):
             "raw_step",
             "dead_letters",
             "goodput_windows",
+            "goodput_live",
+            "job_state",
             "job_summary",
             "team_day",
             "scheduling_delay",
@@ -213,7 +215,7 @@ def test_ddl_applies_twice_and_records_its_version(tmp_path):
             "nic_rollup_10s",
             "storage_rollup_10s",
         } <= names
-        assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 2
+        assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 3
 
 
 def test_migrate_adds_the_clock_columns_to_a_store_created_before_them(tmp_path):

@@ -1,0 +1,144 @@
+"""A live run (pipeline/analyzers/run.py run_live) classifies only the last minutes, into goodput_live,
+with each job's numbers carried from its last whole run (job_state): its windows equal the whole run's
+where those numbers hold, and a job no whole run has seen is classified from its own windows."""
+
+import pytest
+
+from contracts import catalog
+from pipeline.analyzers import run as analyzers
+from tests.analyzers.scenario import T0, Scenario, ms
+
+N1, N2 = "gpu-core-001", "gpu-core-002"
+XMIT = 1.0e6  # the example config's xmit_wait_per_s
+SKEW_S = 20  # N1's clock is this far ahead of the scheduler's
+STALL_FROM, END = 900, 1200
+
+
+def stalled_job(sc: Scenario) -> None:
+    """Job j on N1 (clock 20 s ahead), GPUs 0-1: 90 % SM until 900 s, then a steady 45 % to its end at
+    1200 s, with xmit_wait at 0.2 of its threshold while healthy and 0.8 in the stall. Minutes of the
+    stall alone would say b* = 45 % (no loss), no baseline (0.8 is no evidence) and no clock offset;
+    the whole run says half of each stalled second lost, to the fabric, risen 4x over its baseline."""
+    j = dict(job_id="j", account="research")
+    sc.job(dict(t=0, event="allocated", node=N1, gpu_indices=[0, 1], **j))
+    sc.job(dict(t=0, event="gang_complete", **j), dict(t=0, event="running", **j))
+    sc.job(
+        dict(t=END, event="completed", **j), dict(t=END, event="released", node=N1, gpu_indices=[0, 1], **j)
+    )
+    busy = lambda s, g: 90.0 if s - SKEW_S <= STALL_FROM else 45.0  # noqa: E731
+    sc.gpu(N1, [0, 1], SKEW_S, END + SKEW_S, busy, job_id="j")
+    for t0, t1, level in ((0, STALL_FROM, 0.2), (STALL_FROM, END, 0.8)):
+        sc.rows(
+            "nic",
+            N1,
+            t0 + SKEW_S,
+            t1 + SKEW_S,
+            device="mlx5_0",
+            port=1,
+            link_layer="InfiniBand",
+            xmit_wait_per_s=level * XMIT,
+        )
+
+
+def new_job(sc: Scenario, start: int) -> None:
+    """Job k on N2 from `start` to 1200 s: 90 % SM, every third second of its last 100 s at 20 %."""
+    j = dict(job_id="k", account="research")
+    sc.job(dict(t=start, event="allocated", node=N2, gpu_indices=[0, 1, 2, 3], **j))
+    sc.job(dict(t=start, event="gang_complete", **j), dict(t=start + 10, event="running", **j))
+    sc.job(
+        dict(t=END, event="completed", **j),
+        dict(t=END, event="released", node=N2, gpu_indices=[0, 1, 2, 3], **j),
+    )
+    sc.gpu(
+        N2, [0, 1, 2, 3], start, END, lambda s, g: 20.0 if s > END - 100 and s % 3 == 0 else 90.0, job_id="k"
+    )
+
+
+def rows(sc: Scenario, table: str, since: int, job_id: str | None = None) -> list[tuple]:
+    where = f"window_start >= toDateTime({ms(since) // 1000})" + (
+        f" AND job_id = '{job_id}'" if job_id else ""
+    )
+    t = sc.store.query_arrow(
+        "SELECT job_id, toUnixTimestamp(window_start) - intDiv({T0}, 1000) AS w, window_s, team, pool, "
+        f"account, category, round(gpu_seconds, 9), round(cost, 9), evidence FROM {table} WHERE {where} "
+        "ORDER BY job_id, w, category".replace("{T0}", str(T0))
+    )
+    return list(zip(*(t.column(i).to_pylist() for i in range(t.num_columns)), strict=True))
+
+
+def live(sc: Scenario, since: int) -> None:
+    analyzers.run_live(sc.store, sc.cfg, ms(since), rollups=sc.rollups, parts=sc.parts)
+
+
+def test_a_whole_run_keeps_what_a_live_run_needs(sc):
+    stalled_job(sc)
+    sc.load()
+    sc.analyze(0, END + 100)
+    t = sc.store.query_arrow(
+        "SELECT healthy_half_keys, noise_half_keys, starts, baselines, clock_offsets "
+        f"FROM {catalog.JOB_STATE}"
+    ).to_pylist()
+    assert len(t) == 1
+    state = t[0]
+    assert state["healthy_half_keys"] == 2 * 9000  # b* = 90.00 %
+    assert state["noise_half_keys"] == 0
+    # `running` in gang_complete's millisecond is coarse (3c): training started with the first sample
+    assert [tuple(a.values()) for a in state["starts"]] == [(1, ms(0))]
+    assert [tuple(b.values()) for b in state["baselines"]] == [(N1, 0, 200_000)]
+    assert [tuple(o.values()) for o in state["clock_offsets"]] == [(N1, SKEW_S * 1000)]
+
+
+def test_live_windows_equal_the_whole_runs_where_the_numbers_hold(sc):
+    stalled_job(sc)
+    sc.load()
+    sc.analyze(0, END + 100)
+    whole = rows(sc, catalog.GOODPUT_WINDOWS, STALL_FROM)
+    assert {c for _, _, _, _, _, _, c, _, _, _ in whole} == {"productive", "comm_stall"}
+    before = sc.dump()
+    live(sc, STALL_FROM)
+    got = rows(sc, catalog.GOODPUT_LIVE, 0)
+    assert got == whole
+    assert sum(r[7] for r in got if r[6] == "comm_stall") == pytest.approx(300 * 2 * 0.5, rel=0.01)
+    live(sc, STALL_FROM)  # again: its rows replaced, not added
+    assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
+    after = sc.dump()
+    after.pop(catalog.GOODPUT_LIVE), before.pop(catalog.GOODPUT_LIVE)
+    assert after == before  # goodput_windows, job_summary, job_state and the rest untouched
+
+
+def test_without_its_state_the_stall_is_read_off_the_minutes_alone(sc):
+    """The same live run before any whole run: what the carried numbers change (and a test above that
+    equality could not pass without them)."""
+    stalled_job(sc)
+    sc.load()
+    live(sc, STALL_FROM)
+    got: dict[str, float] = {}
+    for _, _, _, _, _, _, c, s, _, _ in rows(sc, catalog.GOODPUT_LIVE, 0):
+        got[c] = got.get(c, 0.0) + s
+    assert got == {"productive": pytest.approx(300 * 2, abs=1e-6)}
+
+
+def test_a_job_no_whole_run_has_seen_is_classified_from_its_own_windows(sc):
+    stalled_job(sc)
+    sc.load()
+    sc.analyze(0, STALL_FROM)
+    new_job(sc, start=STALL_FROM + 50)
+    sc.load()
+    live(sc, STALL_FROM)
+    provisional = rows(sc, catalog.GOODPUT_LIVE, 0, "k")
+    sc.analyze(0, END + 100)
+    assert provisional == rows(sc, catalog.GOODPUT_WINDOWS, 0, "k")
+    assert {c for _, _, _, _, _, _, c, _, _, _ in provisional} >= {"startup", "productive", "idle"}
+
+
+def test_a_live_run_replaces_only_its_windows(sc):
+    stalled_job(sc)
+    sc.load()
+    sc.analyze(0, END + 100)
+    live(sc, STALL_FROM - 300)
+    earlier = rows(sc, catalog.GOODPUT_LIVE, STALL_FROM - 300)
+    live(sc, STALL_FROM)
+    assert rows(sc, catalog.GOODPUT_LIVE, 0) == earlier
+    assert [r for r in earlier if r[1] < STALL_FROM] == [
+        r for r in rows(sc, catalog.GOODPUT_WINDOWS, 0) if STALL_FROM - 300 <= r[1] < STALL_FROM
+    ]
