@@ -328,6 +328,11 @@ LOADER_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "When the embedded analyzers last finished.",
         (),
     ),
+    "goodput_loader_live_analysis_last_success_timestamp_seconds": (
+        "gauge",
+        "When the embedded live analysis (the last minutes, into goodput_live) last finished.",
+        (),
+    ),
     "goodput_loader_compacted_partitions_total": (
         "counter",
         "Closed day partitions of a rollup table merged into one part after a scheduled analyzer run "

@@ -421,12 +421,23 @@ class LoaderConfig(Table, frozen=True):
     """Run the analyzers in the loader process this often (0: never; `--analyze-every` overrides)."""
     analyze_lookback_s: Seconds = 6 * 3600.0
     """How far back each scheduled analyzer run reclassifies (late batches inside it are picked up)."""
+    live_every_s: NonNegative = 0.0
+    """Between the scheduled runs, a live run this often (0: never): only the data's last `live_window_s`,
+    each job with the numbers its last whole run kept, into goodput_live (provisional rows, see
+    docs/goodput-model.md "Live runs"; 2 s for 10 minutes of 1,024 GPUs). Needs analyze_every_s."""
+    live_window_s: Seconds = 600.0
+    """The span each live run classifies, back from the end of the data."""
     compact_after_s: NonNegative = 3600.0
     """After each scheduled analyzer run, merge every day partition of the rollup tables that closed at
     least this long ago (UTC) into one part, so that later reads of that day skip the read-time merge
     (pipeline/compaction.py); 0: never. `goodput compact` does the same by hand."""
 
     def __post_init__(self) -> None:
+        if self.live_every_s and not self.analyze_every_s:
+            raise ValueError(
+                f"live_every_s ({self.live_every_s}) needs analyze_every_s > 0: a live run takes each "
+                "job's numbers from the last whole run"
+            )
         if self.retry_backoff_max_s < self.retry_backoff_s:
             raise ValueError(
                 f"retry_backoff_max_s ({self.retry_backoff_max_s}) is below "

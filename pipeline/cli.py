@@ -127,6 +127,7 @@ def _serve_kafka(args, cfg) -> int:
             until_caught_up=args.until_caught_up,
             analyze=analyze,
             analyze_every_s=every,
+            live=lambda: _analyze_live(store, cfg, cfg.loader.live_window_s, shown=False),
             progress=args.progress or (args.until_caught_up and sys.stderr.isatty()),
         )
         install_signal_handlers(service.stop)
@@ -165,9 +166,37 @@ def _analyze(store, cfg, since_ms, until_ms, shown: bool) -> None:
 
 def cmd_analyze(args) -> int:
     cfg = config_mod.load(args.config)
+    if args.live is not None and (args.live <= 0 or args.since_ms is not None or args.until_ms is not None):
+        raise config_mod.ConfigError(
+            f"--live {args.live}: give the seconds back from the end of the data (> 0), without "
+            "--since-ms/--until-ms (a live run always ends at the end of the data)"
+        )
     with _store(args, cfg) as store:
-        _analyze(store, cfg, args.since_ms, args.until_ms, shown=True)
+        if args.live is not None:
+            _analyze_live(store, cfg, args.live, shown=True)
+        else:
+            _analyze(store, cfg, args.since_ms, args.until_ms, shown=True)
     return 0
+
+
+def _analyze_live(store, cfg, seconds: float, shown: bool) -> None:
+    """A live run over the data's last `seconds` (pipeline/analyzers/run.py run_live): provisional rows in
+    goodput_live, each job with the numbers its last whole run kept."""
+    from pipeline.analyzers import run as analyzers
+    from pipeline.progress import Progress
+
+    end = analyzers.data_end(store, cfg.cluster.name)
+    if not end:
+        print(
+            "goodput analyze --live: no job events or GPU samples in the store: nothing to classify",
+            file=sys.stderr,
+        )
+        return
+    progress = Progress("analyze --live", 0, unit="statement") if shown else None
+    timings = analyzers.run_live(store, cfg, end - int(seconds * 1000), progress)
+    if progress:
+        progress.done()
+    print("live analyzers: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()), file=sys.stderr)
 
 
 def cmd_compact(args) -> int:
@@ -366,6 +395,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", parents=[common], help="(re)classify a time range of stored data")
     p.add_argument("--since-ms", type=int)
     p.add_argument("--until-ms", type=int)
+    p.add_argument(
+        "--live",
+        type=float,
+        metavar="SECONDS",
+        help="classify only the data's last SECONDS into goodput_live, provisionally: each job with the "
+        "numbers its last whole run kept (b*, noise, evidence baselines; docs/goodput-model.md, Live runs)",
+    )
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser(

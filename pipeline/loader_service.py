@@ -75,6 +75,7 @@ class LoaderSeries:
     loader_transport_errors: PromCounter
     loader_load_duration_seconds: Histogram
     loader_analyzer_last_success_timestamp_seconds: Gauge
+    loader_live_analysis_last_success_timestamp_seconds: Gauge
     loader_compacted_partitions: PromCounter
     loader_node_clock_offset_seconds: Gauge
 
@@ -159,6 +160,7 @@ class LoaderService:
         until_caught_up: bool = False,
         analyze: Callable[[], None] | None = None,
         analyze_every_s: float | None = None,
+        live: Callable[[], None] | None = None,
         progress: bool = False,
     ) -> None:
         self.cfg = cfg
@@ -169,6 +171,7 @@ class LoaderService:
         self.until_caught_up = until_caught_up
         self.analyze = analyze
         self.analyze_every_s = self.lc.analyze_every_s if analyze_every_s is None else analyze_every_s
+        self.live = live if self.analyze_every_s and self.lc.live_every_s else None
         self.topics = [topic_for(k, cfg.transport.topic_prefix) for k in KINDS]
         self.loader = Loader(store, limits_from_config(cfg), topic_prefix=cfg.transport.topic_prefix)
         self.metrics = LoaderMetrics()
@@ -188,6 +191,7 @@ class LoaderService:
         self._lag_at = -float("inf")
         self._consumed_since_lag = 0
         self._next_analyze = clock() + self.analyze_every_s
+        self._next_live = clock() + self.lc.live_every_s
 
     # ---- the loop ----
 
@@ -395,6 +399,21 @@ class LoaderService:
         if self.analyze and self.analyze_every_s and self.clock() >= self._next_analyze:
             self._run_analyze()
             self._next_analyze = self.clock() + self.analyze_every_s
+        elif self.live and self.clock() >= self._next_live:
+            self._run_live()
+            self._next_live = self.clock() + self.lc.live_every_s
+
+    def _run_live(self) -> None:
+        """A live run (the last minutes, into goodput_live) between the whole runs: on-call's view of now,
+        at a cost that grows with the minutes, not with the jobs' lengths."""
+        assert self.live is not None  # callers check it is set
+        try:
+            self.live()
+        except StoreError as e:
+            self.metrics.m.loader_store_errors.labels("live").inc()
+            log.error("live analysis failed: %s; loading goes on, the next live run tries again", e)
+            return
+        self.metrics.m.loader_live_analysis_last_success_timestamp_seconds.set(time.time())
 
     def _run_analyze(self) -> None:
         assert self.analyze is not None  # callers check it is set

@@ -2,11 +2,15 @@
 with each job's numbers carried from its last whole run (job_state): its windows equal the whole run's
 where those numbers hold, and a job no whole run has seen is classified from its own windows."""
 
+import subprocess
+import sys
+
 import pytest
 
 from contracts import catalog
 from pipeline.analyzers import run as analyzers
 from tests.analyzers.scenario import T0, Scenario, ms
+from tests.loader.helpers import GOODPUT
 
 N1, N2 = "gpu-core-001", "gpu-core-002"
 XMIT = 1.0e6  # the example config's xmit_wait_per_s
@@ -142,3 +146,32 @@ def test_a_live_run_replaces_only_its_windows(sc):
     assert [r for r in earlier if r[1] < STALL_FROM] == [
         r for r in rows(sc, catalog.GOODPUT_WINDOWS, 0) if STALL_FROM - 300 <= r[1] < STALL_FROM
     ]
+
+
+def test_goodput_analyze_live_after_an_ingest_carries_the_whole_runs_numbers(tmp_path):
+    """The command: `goodput ingest --from` loads and runs a whole analysis, `goodput analyze --live`
+    then classifies the data's last SECONDS with its numbers (the stall is lost to the fabric)."""
+    sc = Scenario(store=None)  # only encodes the batches
+    stalled_job(sc)
+    (tmp_path / "msgs.jsonl").write_bytes(b"\n".join(value for _, _, value in sc.batches) + b"\n")
+    store = str(tmp_path / "store")
+
+    def goodput(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([GOODPUT, *args], capture_output=True, text=True, timeout=300)
+
+    assert goodput("ingest", "--from", str(tmp_path / "msgs.jsonl"), "--store", store).returncode == 0
+    bad = goodput("analyze", "--live", "0", "--store", store)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "goodput analyze: --live 0.0: give the seconds back from the end of the data (> 0), without "
+        "--since-ms/--until-ms (a live run always ends at the end of the data)"
+    ]
+    # the data ends at 1,220 s (N1's clock is 20 s ahead): its last 320 s are the stall's windows
+    p = goodput("analyze", "--live", "320", "--store", store)
+    assert p.returncode == 0 and "live analyzers: goodput.sql" in p.stderr, p.stderr
+    read = (
+        "import sys; from pipeline.chdb_store import ChdbStore; s = ChdbStore(sys.argv[1]); "
+        "print(s.query_arrow(\"SELECT sumIf(gpu_seconds, category = 'comm_stall') AS c "
+        "FROM goodput_live\").to_pylist()[0]['c']); s.close()"
+    )
+    got = subprocess.run([sys.executable, "-c", read, store], capture_output=True, text=True, timeout=120)
+    assert float(got.stdout) == pytest.approx(300 * 2 * 0.5, rel=0.01), got.stderr

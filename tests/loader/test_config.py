@@ -23,6 +23,7 @@ def test_max_past_days_bound_is_the_raw_tables_ttl():
         ({"retry_backoff_s": 5.0, "retry_backoff_max_s": 1.0}, "retry_backoff_max_s"),
         ({"metrics_address": "9479"}, "metrics_address"),
         ({"analyze_every_s": -1.0}, "analyze_every_s"),
+        ({"live_every_s": 60.0}, "live_every_s (60.0) needs analyze_every_s > 0"),
         ({"flush_recods": 10}, "[loader].flush_recods: unknown key; did you mean 'flush_records'?"),
         ({"flush_records": "many"}, "[loader].flush_records: expected int, got str"),
     ],
