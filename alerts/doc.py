@@ -78,6 +78,12 @@ docs/metrics.md. Bounded by configuration, never by the data:
 | `goodput_straggler_windows` | nodes (only those with a straggler in the lookback) |
 | `goodput_queue_wait_p90_seconds`, `goodput_queued_jobs`, `goodput_gang_wait_max_seconds` | pools |
 | `goodput_faults` | {kinds} fault kinds |
+| `goodput_live_gpu_seconds` | pools x teams x {categories} categories |
+
+`goodput_live_gpu_seconds` covers what the whole runs have not reached: the live runs' windows
+(`[loader].live_every_s`, `goodput_live`) after `goodput_analysed_until_timestamp_seconds`, up to
+`goodput_live_until_timestamp_seconds`; provisional (docs/goodput-model.md, "Live runs"), and empty
+right after a whole run.
 
 Jobs with their own series: the `[exporter].top_jobs` (default 20) jobs with the most waste in the
 lookback, then the jobs running in the latest window, most waste first, up to `max_jobs` in all;

@@ -422,6 +422,17 @@ GOODPUT_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Faults (failed or preempted attempts) in the lookback by kind (FAULT_KINDS).",
         ("kind",),
     ),
+    "goodput_live_until_timestamp_seconds": (
+        "gauge",
+        "End of the latest window a live run classified (goodput_live); absent before the first.",
+        (),
+    ),
+    "goodput_live_gpu_seconds": (
+        "gauge",
+        "GPU-seconds by category in the live runs' windows after goodput_analysed_until_timestamp_seconds: "
+        "the minutes no whole run has classified yet, provisional (docs/goodput-model.md, Live runs).",
+        ("pool", "team", "category"),
+    ),
 }
 """The goodput exporter (pipeline/goodput_exporter.py; served by the loader service after its embedded
 analyzers run, and by `goodput exporter --config`): name -> (type, help, label names). Recent analyzer

@@ -31,7 +31,8 @@ EVENT_TTL_DAYS = 400
 OUTPUT_TTL_DAYS = 400
 DEAD_LETTER_TTL_DAYS = 30
 LIVE_TTL_DAYS = 2
-"""goodput_live keeps its provisional rows this long: by then whole runs have replaced them."""
+"""goodput_live keeps its provisional rows this long after the live run that wrote them: by then whole runs
+have classified their windows."""
 STATE_TTL_DAYS = 30
 """job_state keeps a job's numbers this long after the run that last classified it."""
 
@@ -326,7 +327,7 @@ TTL window_start + INTERVAL {OUTPUT_TTL_DAYS} DAY""",
     catalog.GOODPUT_LIVE: f"""
 CREATE TABLE IF NOT EXISTS goodput_live ({_WINDOW_COLUMNS}
 ) ENGINE = MergeTree PARTITION BY toYYYYMMDD(window_start) ORDER BY (cluster, window_start, job_id, category)
-TTL window_start + INTERVAL {LIVE_TTL_DAYS} DAY""",
+TTL computed_at + INTERVAL {LIVE_TTL_DAYS} DAY""",
     catalog.JOB_STATE: f"""
 CREATE TABLE IF NOT EXISTS job_state (
     cluster LowCardinality(String),

@@ -119,7 +119,27 @@ def read_snapshot(store: Store, cfg: Config) -> list[Metric]:
     for kind in catalog.FAULT_KINDS:  # every kind, 0 included: increase() and `> 0` need a series
         f.add_metric([kind], counts.get(kind, 0))
     out.append(f)
-    return out
+    return out + _live_families(store, params)
+
+
+def _live_families(store: Store, params: dict) -> list[Metric]:
+    """The live runs' windows (goodput_live) after the latest whole-analysed one: the minutes the whole
+    runs have not reached, by pool, team and category, and where the live windows end."""
+    rows = store.query_arrow(
+        f"""SELECT pool, team, category, sum(gpu_seconds) AS s,
+                   max(toInt64(toUnixTimestamp(window_start)) + window_s) AS live_until
+            FROM {catalog.GOODPUT_LIVE}
+            WHERE cluster = {{cluster:String}} AND window_start >= toDateTime({{until:Int64}}, 'UTC')
+            GROUP BY pool, team, category ORDER BY pool, team, category""",
+        params,
+    ).to_pylist()
+    until = _family("goodput_live_until_timestamp_seconds")
+    if rows:
+        until.add_metric([], max(r["live_until"] for r in rows))
+    seconds = _family("goodput_live_gpu_seconds")
+    for r in rows:
+        seconds.add_metric([r["pool"], r["team"], r["category"]], r["s"])
+    return [until, seconds]
 
 
 def _job_families(store: Store, params: dict, latest: int, top: int, most: int) -> list[Metric]:

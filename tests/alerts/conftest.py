@@ -51,6 +51,16 @@ def fill(store) -> None:
         "INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,"
         f" gpu_seconds, cost, evidence) VALUES {values}"
     )
+    live = ", ".join(  # the stalled job's last 2 windows again and 2 more, as a live run wrote them
+        f"('{CLUSTER}', '{STALLED}', toDateTime({T0 + i * WINDOW_S}, 'UTC'), {WINDOW_S}, 'llm-pretrain', "
+        f"'core', 'acct', '{cat}', {secs}, 0, '')"
+        for i in range(WINDOWS - 2, WINDOWS + 2)
+        for cat, secs in (("data_stall", 300.0), ("productive", 180.0))
+    )
+    store.execute(
+        "INSERT INTO goodput_live (cluster, job_id, window_start, window_s, team, pool, account, category,"
+        f" gpu_seconds, cost, evidence) VALUES {live}"
+    )
     store.execute(
         "INSERT INTO scheduling_delay (cluster, job_id, team, pool, queue, priority, gpus_requested,"
         " submitted, first_allocated, gang_complete, queue_wait_s, gang_wait_s) VALUES "
