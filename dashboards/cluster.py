@@ -86,6 +86,19 @@ def build():
             },
             gridPos=k.pos(0, 24, 24, 10),
         ),
+        k.timeseries(
+            "Goodput % in the last minutes (live runs, provisional)",
+            f"SELECT $__timeInterval(window_start) AS time,\n"
+            f"  100 * sumIf(gpu_seconds, category = '{k.PRODUCTIVE}') / sum(gpu_seconds) AS goodput_pct\n"
+            f"FROM {c.GOODPUT_LIVE} WHERE {SCOPE} AND $__timeFilter(window_start)\n"
+            f"GROUP BY time ORDER BY time",
+            unit="percent",
+            thresholds=k.GOODPUT_STEPS,
+            description="The live runs' windows ([loader].live_every_s): each job classified with the "
+            "numbers its last whole run kept, ahead of the next whole run; provisional, replaced by "
+            "the panels above once a whole run reaches them (docs/goodput-model.md, Live runs).",
+            gridPos=k.pos(0, 34, 24),
+        ),
     ]
     return k.dashboard(
         "cluster",

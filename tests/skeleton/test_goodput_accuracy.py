@@ -4,6 +4,7 @@ import polars as pl
 import pytest
 
 from contracts.catalog import CATEGORIES
+from pipeline.analyzers import run as analyzers
 
 OWN_CATEGORY = {
     "data_stall": "data_stall",
@@ -54,3 +55,31 @@ def test_productive_time_within_five_percent(scenario):
 
 def test_no_dead_letters_from_the_simulator(scenario):
     assert not scenario["loader"].totals.dead_letters
+
+
+@pytest.mark.parametrize("last_s", [600, 1800])
+def test_live_runs_give_the_whole_runs_windows(scenario, last_s):
+    """A live run over the last minutes, after the whole run over the same data, carries that run's
+    numbers (job_state) and finds the same rows per (job, window, category): stalls, stragglers, a
+    failure's retry waste and partial allocations included (docs/goodput-model.md, Live runs)."""
+    store, cfg = scenario["store"], scenario["config"]
+    end = analyzers.data_end(store, cfg.cluster.name)
+    analyzers.run_live(store, cfg, end - last_s * 1000)
+    since = (end - last_s * 1000) // 10_000 * 10
+
+    def rows(table: str) -> pl.DataFrame:
+        return pl.from_arrow(
+            store.query_arrow(
+                "SELECT job_id, toInt64(toUnixTimestamp(window_start)) AS w, category, team, pool, "
+                f"evidence, sum(gpu_seconds) AS s FROM {table} WHERE window_start >= toDateTime({since}) "
+                "GROUP BY ALL ORDER BY ALL"
+            )
+        )
+
+    whole, live = rows("goodput_windows"), rows("goodput_live")
+    assert live.height > 0
+    both = whole.join(
+        live, on=["job_id", "w", "category", "team", "pool", "evidence"], how="full", coalesce=True
+    )
+    bad = both.fill_null(0.0).filter((pl.col("s") - pl.col("s_right")).abs() > 1e-6)
+    assert bad.height == 0, f"{scenario['name']}: live rows differ from the whole run's:\n{bad}"
