@@ -365,9 +365,12 @@ if {what!r}.startswith("analyze"):
         name = re.sub(r"_[0-9a-f]{{12}}$", "", analyzers.step_name(sql))  # without the run id
         steps.append((name, round(time.perf_counter() - s, 2)))
     store.execute = timed
-    start_ms = meta["end_ms"] - {last_ms} if {what!r} == "analyze_last" else meta["t0_ms"]
-    analyzers.run(store, scaled_config(config_mod.load(), meta["gpus"]), start_ms, meta["end_ms"],
-                  rollups={what!r} != "analyze_raw")
+    cfg = scaled_config(config_mod.load(), meta["gpus"])
+    if {what!r} == "analyze_live":
+        analyzers.run_live(store, cfg, meta["end_ms"] - {last_ms})
+    else:
+        start_ms = meta["end_ms"] - {last_ms} if {what!r} == "analyze_last" else meta["t0_ms"]
+        analyzers.run(store, cfg, start_ms, meta["end_ms"], rollups={what!r} != "analyze_raw")
 else:
     store.query_arrow("SELECT count() AS n FROM (SELECT node, gpu, intDiv(toUnixTimestamp64Milli(ts), 10000) "
                       "AS w, avg(sm_active_pct) AS b FROM raw_gpu GROUP BY node, gpu, w)")
@@ -378,6 +381,28 @@ rss_mb = peak_rss_mb()
 settled = state["merging"] == 0 and state["parts"] == parts_before
 print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": settled}}))
 """
+
+
+def live_vs_whole(path: Path, from_ms: int) -> dict:
+    """The live run's rows (goodput_live) against the whole analysis's (goodput_windows) over the same
+    windows, per (job, window, category): how many differ by more than a micro-second, and the GPU-seconds
+    of each. The store's last whole analysis ran over the same rows, so where a job's numbers hold (all of
+    them here: the data does not change between the runs) they are the same."""
+    store = ChdbStore(path)
+    try:
+        row = store.query_arrow(
+            "SELECT count() AS keys, countIf(abs(w - l) > 1e-6) AS differing, sum(w) AS whole_s, "
+            "sum(l) AS live_s FROM (SELECT job_id, window_start, category, sum(gpu_seconds) AS w "
+            "FROM goodput_windows WHERE window_start >= toDateTime(intDiv({f:Int64}, 10000) * 10) "
+            "GROUP BY job_id, window_start, category) AS a FULL OUTER JOIN (SELECT job_id, window_start, "
+            "category, sum(gpu_seconds) AS l FROM goodput_live "
+            "WHERE window_start >= toDateTime(intDiv({f:Int64}, 10000) * 10) "
+            "GROUP BY job_id, window_start, category) AS b USING (job_id, window_start, category)",
+            {"f": from_ms},
+        ).to_pylist()[0]
+    finally:
+        store.close()
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()}
 
 
 def parquet_dir(path: Path) -> Path:
@@ -489,7 +514,9 @@ def main() -> int:
         type=int,
         default=0,
         metavar="SECONDS",
-        help="also time the analysis of the data's last SECONDS (the loader service's periodic run)",
+        help="also time the analysis of the data's last SECONDS: as the loader service's periodic run "
+        "(each job it finds classified whole) and as a live run (only those windows, each job with the "
+        "numbers the whole analysis kept: run_live), and compare the live rows with the whole run's",
     )
     ap.add_argument(
         "--polars",
@@ -518,7 +545,7 @@ def main() -> int:
         ("bare", "analyze")
         + (("bare_polars", "classify_polars") if args.polars else ())
         + (("analyze_raw",) if args.raw else ())
-        + (("analyze_last",) if args.last else ())
+        + (("analyze_last", "analyze_live") if args.last else ())
     ):
         result[what] = repeat(path, meta, what, args.repeat, args.last)
         print(
@@ -549,11 +576,15 @@ def main() -> int:
         print(f"analyze on raw rows / the classification's core in polars (raw rows): {raw_s:.2f}x")
     if args.last:
         share = result["analyze_last"]["median_s"] / result["analyze"]["median_s"]
+        live = result["analyze_live"]["median_s"]
         print(
-            f"analyze of the last {args.last} s: {result['analyze_last']['median_s']:.2f} s "
-            f"(target < 1 s at 10k GPUs), {share:.2f}x the whole {meta['hours']:g} h: a run re-classifies "
-            f"each job it finds over the job's whole allocation"
+            f"analyze of the last {args.last} s: {result['analyze_last']['median_s']:.2f} s, "
+            f"{share:.2f}x the whole {meta['hours']:g} h (a run re-classifies each job it finds over the "
+            f"job's whole allocation); live: {live:.2f} s (target < 1 s at 10k GPUs), "
+            f"{live / result['bare']['median_s']:.2f}x the bare query over the whole {meta['hours']:g} h"
         )
+        result["live_vs_whole"] = live_vs_whole(path, meta["end_ms"] - args.last * 1000)
+        print("live rows against the whole run's:", result["live_vs_whole"])
     if args.compacted:
         copy, done = compacted_copy(path, meta)
         for c in done:
