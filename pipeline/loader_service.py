@@ -407,27 +407,40 @@ class LoaderService:
         """A live run (the last minutes, into goodput_live) between the whole runs: on-call's view of now,
         at a cost that grows with the minutes, not with the jobs' lengths."""
         assert self.live is not None  # callers check it is set
-        try:
-            self.live()
-        except StoreError as e:
-            self.metrics.m.loader_store_errors.labels("live").inc()
-            log.error("live analysis failed: %s; loading goes on, the next live run tries again", e)
-            return
-        self.metrics.m.loader_live_analysis_last_success_timestamp_seconds.set(time.time())
+        self._ran(
+            self.live,
+            "live",
+            "live analysis failed: %s; loading goes on, the next live run tries again",
+            self.metrics.m.loader_live_analysis_last_success_timestamp_seconds,
+        )
 
     def _run_analyze(self) -> None:
         assert self.analyze is not None  # callers check it is set
+        if (
+            self._ran(
+                self.analyze,
+                "analyze",
+                "analyzers failed: %s; loading goes on, the next run retries the range",
+                self.metrics.m.loader_analyzer_last_success_timestamp_seconds,
+            )
+            and self.lc.compact_after_s
+        ):
+            self._compact()
+
+    def _ran(self, run: Callable[[], None], operation: str, failed: str, succeeded: Gauge) -> bool:
+        """Runs an analyzer run in the loader's loop: a store failure is counted against `operation` and
+        logged (`failed`), and loading goes on; a success is stamped in `succeeded` and the exporter's
+        series are read again (the live ones too)."""
         try:
-            self.analyze()
+            run()
         except StoreError as e:
-            self.metrics.m.loader_store_errors.labels("analyze").inc()
-            log.error("analyzers failed: %s; loading goes on, the next run retries the range", e)
-            return
-        self.metrics.m.loader_analyzer_last_success_timestamp_seconds.set(time.time())
+            self.metrics.m.loader_store_errors.labels(operation).inc()
+            log.error(failed, e)
+            return False
+        succeeded.set(time.time())
         if self.exporter is not None:
             self.exporter.refresh(self.store)
-        if self.lc.compact_after_s:
-            self._compact()
+        return True
 
     def _compact(self) -> None:
         """Closed days' rollup partitions into one part each (pipeline/compaction.py), after an analyzer

@@ -70,7 +70,7 @@ def rows(sc: Scenario, table: str, since: int, job_id: str | None = None) -> lis
     return list(zip(*(t.column(i).to_pylist() for i in range(t.num_columns)), strict=True))
 
 
-def live(sc: Scenario, since: int) -> None:
+def live(sc: Scenario, since: float) -> None:
     analyzers.run_live(sc.store, sc.cfg, ms(since), rollups=sc.rollups, parts=sc.parts)
 
 
@@ -122,17 +122,27 @@ def test_without_its_state_the_stall_is_read_off_the_minutes_alone(sc):
     assert got == {"productive": pytest.approx(300 * 2, abs=1e-6)}
 
 
-def test_a_job_no_whole_run_has_seen_is_classified_from_its_own_windows(sc):
+@pytest.mark.parametrize("start", [STALL_FROM, STALL_FROM + 55])  # at the live span's start, inside it
+def test_a_job_no_whole_run_has_seen_is_classified_from_its_own_windows(sc, start):
     stalled_job(sc)
     sc.load()
     sc.analyze(0, STALL_FROM)
-    new_job(sc, start=STALL_FROM + 50)
+    new_job(sc, start=start)
     sc.load()
     live(sc, STALL_FROM)
     provisional = rows(sc, catalog.GOODPUT_LIVE, 0, "k")
     sc.analyze(0, END + 100)
     assert provisional == rows(sc, catalog.GOODPUT_WINDOWS, 0, "k")
     assert {c for _, _, _, _, _, _, c, _, _, _ in provisional} >= {"startup", "productive", "idle"}
+
+
+def test_a_live_span_starts_at_a_window_boundary(sc):
+    """A start inside a window takes the whole window: a window is never half classified."""
+    stalled_job(sc)
+    sc.load()
+    sc.analyze(0, END + 100)
+    live(sc, STALL_FROM + 9.999)
+    assert rows(sc, catalog.GOODPUT_LIVE, 0) == rows(sc, catalog.GOODPUT_WINDOWS, STALL_FROM)
 
 
 def test_a_live_run_replaces_only_its_windows(sc):
