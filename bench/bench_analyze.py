@@ -388,17 +388,19 @@ def live_vs_whole(path: Path, from_ms: int) -> dict:
     windows, per (job, window, category): how many differ by more than a micro-second, and the GPU-seconds
     of each. The store's last whole analysis ran over the same rows, so where a job's numbers hold (all of
     them here: the data does not change between the runs) they are the same."""
+    w_ms = int(config_mod.load().analyzer.window_s * 1000)  # run_live floors from_ms to a window
+    since = f"toDateTime({from_ms // w_ms * w_ms // 1000}, 'UTC')"
+    per_key = (
+        "SELECT job_id, window_start, category, sum(gpu_seconds) AS {s} FROM {t} "
+        "WHERE window_start >= {since} GROUP BY ALL"
+    )
     store = ChdbStore(path)
     try:
         row = store.query_arrow(
             "SELECT count() AS keys, countIf(abs(w - l) > 1e-6) AS differing, sum(w) AS whole_s, "
-            "sum(l) AS live_s FROM (SELECT job_id, window_start, category, sum(gpu_seconds) AS w "
-            "FROM goodput_windows WHERE window_start >= toDateTime(intDiv({f:Int64}, 10000) * 10) "
-            "GROUP BY job_id, window_start, category) AS a FULL OUTER JOIN (SELECT job_id, window_start, "
-            "category, sum(gpu_seconds) AS l FROM goodput_live "
-            "WHERE window_start >= toDateTime(intDiv({f:Int64}, 10000) * 10) "
-            "GROUP BY job_id, window_start, category) AS b USING (job_id, window_start, category)",
-            {"f": from_ms},
+            f"sum(l) AS live_s FROM ({per_key.format(s='w', t='goodput_windows', since=since)}) AS a "
+            f"FULL OUTER JOIN ({per_key.format(s='l', t='goodput_live', since=since)}) AS b "
+            "USING (job_id, window_start, category)"
         ).to_pylist()[0]
     finally:
         store.close()

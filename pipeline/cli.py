@@ -193,7 +193,7 @@ def _analyze_live(store, cfg, seconds: float, shown: bool) -> None:
         )
         return
     progress = Progress("analyze --live", 0, unit="statement") if shown else None
-    timings = analyzers.run_live(store, cfg, end - int(seconds * 1000), progress)
+    timings = analyzers.run_live(store, cfg, end - int(seconds * 1000), progress, as_of_ms=end)
     if progress:
         progress.done()
     print("live analyzers: " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()), file=sys.stderr)

@@ -563,9 +563,11 @@ def run_live(
     *,
     rollups: bool = True,
     parts: int | None = None,
+    as_of_ms: int | None = None,
 ) -> dict[str, float]:
     """Classifies the windows from `from_ms` (floored to a window) to the end of the data into
-    goodput_live, replacing its rows from there; returns seconds per SQL file.
+    goodput_live, replacing its rows from there; returns seconds per SQL file. `as_of_ms`: the end of
+    the data where the caller has just read it (`data_end`: two reads of the raw tables' latest rows).
 
     What the on-call engineer looks at every minute, in a time that grows with the minutes, not with the
     jobs' lengths: only those windows are read and classified (goodput.sql `{live_from}`), each job with
@@ -574,7 +576,7 @@ def run_live(
     rows are provisional: they equal a whole run's where those numbers still hold (the tests compare),
     and differ where the job's level moved since, or where a straggler episode or a failure's lost
     progress reaches back before `from_ms`. goodput_windows, job_summary and the rest are untouched."""
-    as_of = data_end(store, cfg.cluster.name)
+    as_of = data_end(store, cfg.cluster.name) if as_of_ms is None else as_of_ms
     return _run(
         store, cfg, from_ms, max(as_of, from_ms), as_of, progress, rollups=rollups, parts=parts, live=True
     )
