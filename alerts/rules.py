@@ -421,6 +421,38 @@ ALERTS: tuple[Alert, ...] = (
             ),
         ),
     ),
+    Alert(
+        name="GoodputLiveAnalysisNotRun",
+        expr=(
+            f"{m('goodput_loader_live_analysis_last_success_timestamp_seconds')} > 0 and "
+            f"time() - {m('goodput_loader_live_analysis_last_success_timestamp_seconds')} > 900"
+        ),
+        for_="10m",
+        severity="ticket",
+        subsystem="pipeline",
+        summary="The loader's live runs have not succeeded for 15 minutes",
+        runbook=(
+            "The loader on {{ $labels.instance }} last finished a live run ([loader].live_every_s) over 15 "
+            "minutes ago: goodput_live and the live panels are stale. First: its log ('live analysis "
+            'failed: ...\'), goodput_loader_store_errors_total{operation="live"}; a live run longer than '
+            "live_every_s delays the whole runs too (docs/performance.md, Live runs)."
+        ),
+        dashboard=INFRA_DASH,
+        fire=(
+            (
+                _series("goodput_loader_live_analysis_last_success_timestamp_seconds", instance="l:9479"),
+                "1x120",
+            ),
+        ),
+        labels={"instance": "l:9479"},
+        quiet=(
+            (
+                _series("goodput_loader_live_analysis_last_success_timestamp_seconds", instance="l:9479"),
+                "0+60x120",
+            ),
+        ),
+    ),
+    # ---------------------------------------------------------------- GPUs, NICs, storage (the agent)
     # ---------------------------------------------------------------- GPUs, NICs, storage (the agent)
     Alert(
         name="GoodputGpuXidHardware",
