@@ -80,10 +80,10 @@ docs/metrics.md. Bounded by configuration, never by the data:
 | `goodput_faults` | {kinds} fault kinds |
 | `goodput_live_gpu_seconds` | pools x teams x {categories} categories |
 
-`goodput_live_gpu_seconds` covers what the whole runs have not reached: the live runs' windows
-(`[loader].live_every_s`, `goodput_live`) after `goodput_analysed_until_timestamp_seconds`, up to
-`goodput_live_until_timestamp_seconds`; provisional (docs/goodput-model.md, "Live runs"), and empty
-right after a whole run.
+`goodput_live_gpu_seconds` covers the live runs' (`[loader].live_every_s`, `goodput_live`) last
+`[loader].live_window_s`, up to `goodput_live_until_timestamp_seconds`: the last minutes, provisional
+(docs/goodput-model.md, "Live runs"), the same span whenever the last whole run was, so
+GoodputPoolStalledNow does not flap with the whole runs.
 
 Jobs with their own series: the `[exporter].top_jobs` (default 20) jobs with the most waste in the
 lookback, then the jobs running in the latest window, most waste first, up to `max_jobs` in all;
@@ -120,7 +120,7 @@ def markdown() -> str:
         out.append(f"| {src} | {tgt} | {', '.join(i['equal']) or '(cluster-wide)'} |")
     out += ["", "## Recording rules", "", "| record | expression | why |", "|---|---|---|"]
     for rec in RECORDING:
-        out.append(f"| `{rec.record}` | `{rec.expr}` | {rec.why} |")
+        out.append(f"| `{rec.record}` | {_cell(rec.expr)} | {rec.why} |")
     out += ["", "## Alerts", ""]
     for a in ALERTS:
         ann = build.annotations_of(a, build.GRAFANA_URL, build.RUNBOOK_BASE)

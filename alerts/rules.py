@@ -125,6 +125,13 @@ RECORDING = (
         "a team's goodput (0-1) over the lookback",
     ),
     Recording(
+        "pool:goodput_live_stalled_ratio",
+        f'sum by (pool) ({m("goodput_live_gpu_seconds")}{{category=~"data_stall|comm_stall|idle"}}) '
+        f"/ sum by (pool) ({m('goodput_live_gpu_seconds')})",
+        "share (0-1) of a pool's GPU time stalled (data, communication, idle below the jobs' levels) in "
+        "the live runs' last minutes: GoodputPoolStalledNow",
+    ),
+    Recording(
         "pool_category:goodput_lost_gpu_seconds",
         f'sum by (pool, category) ({_GS}{{category!="productive"}})',
         "lost GPU-seconds by pool and waste category: the stacked cluster panel",
@@ -307,6 +314,48 @@ ALERTS: tuple[Alert, ...] = (
         quiet=(
             (_series("goodput_gpu_seconds", pool="core", team="vision", category="productive"), "9x180"),
             (_series("goodput_gpu_seconds", pool="core", team="vision", category="idle"), "1x180"),
+        ),
+    ),
+    Alert(
+        name="GoodputPoolStalledNow",
+        expr=(
+            "pool:goodput_live_stalled_ratio > 0.5 and on () "
+            f"(time() - {m('goodput_live_until_timestamp_seconds')} < 1800)"
+        ),
+        for_="5m",
+        severity="page",
+        subsystem="goodput",
+        summary="Pool {{ $labels.pool }}: over half its GPU time stalled in the last minutes",
+        runbook=(
+            "In the live runs' last minutes (provisional, each job against its own healthy level) over half "
+            "of the GPU time allocated in pool {{ $labels.pool }} waited on data, on the fabric or idled "
+            "below its level: something the pool's jobs share. First: the cluster dashboard's live panel and "
+            "lost GPU-hours by category, then the infrastructure dashboard's storage and fabric panels, then "
+            "one job's drill-down for the evidence (which pool ceiling, which node's ports)."
+        ),
+        dashboard=CLUSTER_DASH,
+        fire=(
+            (
+                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="productive"),
+                "100x120",
+            ),
+            (
+                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="data_stall"),
+                "300x120",
+            ),
+            (_series("goodput_live_until_timestamp_seconds"), "0+60x120"),
+        ),
+        labels={"pool": "core"},
+        quiet=(  # the same stall, but the live runs stopped an hour ago: GoodputLiveAnalysisNotRun's case
+            (
+                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="productive"),
+                "100x120",
+            ),
+            (
+                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="data_stall"),
+                "300x120",
+            ),
+            (_series("goodput_live_until_timestamp_seconds"), "0x120"),
         ),
     ),
     Alert(

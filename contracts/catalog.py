@@ -429,8 +429,9 @@ GOODPUT_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "goodput_live_gpu_seconds": (
         "gauge",
-        "GPU-seconds by category in the live runs' windows after goodput_analysed_until_timestamp_seconds: "
-        "the minutes no whole run has classified yet, provisional (docs/goodput-model.md, Live runs).",
+        "GPU-seconds by category in the live runs' last [loader].live_window_s, up to "
+        "goodput_live_until_timestamp_seconds: the last minutes, provisional (docs/goodput-model.md, "
+        "Live runs).",
         ("pool", "team", "category"),
     ),
 }

@@ -324,10 +324,10 @@ numbers from its last whole run, which that run keeps in `job_state` (b* and the
 0.005 %, the real starts of coarse `running` attempts, the evidence baselines in millionths of their
 thresholds, the clock offsets of its nodes; integers, as the analyzers compare them). The rows are
 provisional: each live run replaces its windows, whole runs never write there and `goodput_windows` stays
-the record; they expire 2 days after the run that wrote them. Reading "now": `goodput_live`'s windows
-after the latest one in `goodput_windows` (docs/goodput-model.md, "Live runs"; the exporter's
-`goodput_live_gpu_seconds`). Both tables are new in version 3; nothing existing changed, so `migrate`
-only creates them.
+the record; they expire 2 days after the run that wrote them. Reading "now": `goodput_live`'s latest
+windows (docs/goodput-model.md, "Live runs"; the exporter's `goodput_live_gpu_seconds`, the cluster
+dashboard's live panel). Both tables are new in version 3; nothing existing changed, so `migrate` only
+creates them.
 
 ## Tables
 """

@@ -119,23 +119,27 @@ def read_snapshot(store: Store, cfg: Config) -> list[Metric]:
     for kind in catalog.FAULT_KINDS:  # every kind, 0 included: increase() and `> 0` need a series
         f.add_metric([kind], counts.get(kind, 0))
     out.append(f)
-    return out + _live_families(store, params)
+    return out + _live_families(store, cfg)
 
 
-def _live_families(store: Store, params: dict) -> list[Metric]:
-    """The live runs' windows (goodput_live) after the latest whole-analysed one: the minutes the whole
-    runs have not reached, by pool, team and category, and where the live windows end."""
+def _live_families(store: Store, cfg: Config) -> list[Metric]:
+    """The live runs' last `[loader].live_window_s` (goodput_live), by pool, team and category, and where
+    their windows end: on-call's view of the last minutes, provisional, the same span whenever a whole
+    run last ran (so the rules on it do not flap with the whole runs)."""
+    params = {"cluster": cfg.cluster.name, "span": int(cfg.loader.live_window_s)}
     rows = store.query_arrow(
-        f"""SELECT pool, team, category, sum(gpu_seconds) AS s,
-                   max(toInt64(toUnixTimestamp(window_start)) + window_s) AS live_until
+        f"""SELECT pool, team, category, sum(gpu_seconds) AS s, any(w.until) AS live_until
             FROM {catalog.GOODPUT_LIVE}
-            WHERE cluster = {{cluster:String}} AND window_start >= toDateTime({{until:Int64}}, 'UTC')
+            CROSS JOIN (SELECT max(toInt64(toUnixTimestamp(window_start)) + window_s) AS until
+                        FROM {catalog.GOODPUT_LIVE} WHERE cluster = {{cluster:String}}) AS w
+            WHERE cluster = {{cluster:String}}
+              AND window_start >= toDateTime(w.until - {{span:Int64}}, 'UTC')
             GROUP BY pool, team, category ORDER BY pool, team, category""",
         params,
     ).to_pylist()
     until = _family("goodput_live_until_timestamp_seconds")
     if rows:
-        until.add_metric([], max(r["live_until"] for r in rows))
+        until.add_metric([], rows[0]["live_until"])
     seconds = _family("goodput_live_gpu_seconds")
     for r in rows:
         seconds.add_metric([r["pool"], r["team"], r["category"]], r["s"])

@@ -51,11 +51,18 @@ def fill(store) -> None:
         "INSERT INTO goodput_windows (cluster, job_id, window_start, window_s, team, pool, account, category,"
         f" gpu_seconds, cost, evidence) VALUES {values}"
     )
-    live = ", ".join(  # the stalled job's last 2 windows again and 2 more, as a live run wrote them
+    live = ", ".join(  # the stalled job's last 2 windows again and 2 more, as live runs wrote them, and
+        # one from an earlier live run, 20 windows before: out of the last live_window_s (600 s)
         f"('{CLUSTER}', '{STALLED}', toDateTime({T0 + i * WINDOW_S}, 'UTC'), {WINDOW_S}, 'llm-pretrain', "
         f"'core', 'acct', '{cat}', {secs}, 0, '')"
-        for i in range(WINDOWS - 2, WINDOWS + 2)
-        for cat, secs in (("data_stall", 300.0), ("productive", 180.0))
+        for i, cat, secs in [
+            *(
+                (i, c, s)
+                for i in range(WINDOWS - 2, WINDOWS + 2)
+                for c, s in (("data_stall", 300.0), ("productive", 180.0))
+            ),
+            (WINDOWS - 18, "idle", 480.0),
+        ]
     )
     store.execute(
         "INSERT INTO goodput_live (cluster, job_id, window_start, window_s, team, pool, account, category,"

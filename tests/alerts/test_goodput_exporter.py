@@ -57,12 +57,14 @@ def test_scrape_carries_the_analyzer_results(alert_store):
     assert got[("goodput_gang_wait_max_seconds", (("pool", "core"),))] == 1500  # still waiting at the end
     assert got[("goodput_queue_wait_p90_seconds", (("pool", "core"),))] == 660
     assert got[("goodput_queued_jobs", (("pool", "core"),))] == 1
-    # the live windows after the whole runs' end only: 2 of the stalled job's 4
+    # the live runs' last 600 s ([loader].live_window_s): the stalled job's 4 windows, not the older one
     assert got[("goodput_live_until_timestamp_seconds", ())] == T0 + (WINDOWS + 2) * WINDOW_S
-    live = dict(pool="core", team="llm-pretrain")
-    assert got[("goodput_live_gpu_seconds", tuple(sorted({**live, "category": "data_stall"}.items())))] == 600
-    assert got[("goodput_live_gpu_seconds", tuple(sorted({**live, "category": "productive"}.items())))] == 360
-    assert {dict(labels)["team"] for n, labels in got if n == "goodput_live_gpu_seconds"} == {"llm-pretrain"}
+    live = {
+        (dict(labels)["category"], dict(labels)["team"]): v
+        for (n, labels), v in got.items()
+        if n == "goodput_live_gpu_seconds"
+    }
+    assert live == {("data_stall", "llm-pretrain"): 1200, ("productive", "llm-pretrain"): 720}
     names = {n for n, _ in got}
     declared = {n.removesuffix("_total") for n in catalog.GOODPUT_METRICS}
     assert {n.removesuffix("_total") for n in names} <= declared
