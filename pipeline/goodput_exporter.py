@@ -126,7 +126,10 @@ def _live_families(store: Store, cfg: Config) -> list[Metric]:
     """The live runs' last `[loader].live_window_s` (goodput_live), by pool, team and category, and where
     their windows end: on-call's view of the last minutes, provisional, the same span whenever a whole
     run last ran (so the rules on it do not flap with the whole runs)."""
-    params = {"cluster": cfg.cluster.name, "span": int(cfg.loader.live_window_s)}
+    params: dict[str, str | int | float] = {
+        "cluster": cfg.cluster.name,
+        "span": int(cfg.loader.live_window_s),
+    }
     rows = store.query_arrow(
         f"""SELECT pool, team, category, sum(gpu_seconds) AS s, any(w.until) AS live_until
             FROM {catalog.GOODPUT_LIVE}
