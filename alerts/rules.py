@@ -161,6 +161,16 @@ def _job(cat_secs: dict[str, int], job: str = "j1", team: str = "vision") -> tup
     )
 
 
+def _stalled_live_pool(stamp: str) -> tuple[tuple[str, str], ...]:
+    """Pool core's live minutes, three quarters stalled on data, with the live runs' stamp `stamp`."""
+    live = "goodput_live_gpu_seconds"
+    return (
+        (_series(live, pool="core", team="vision", category="productive"), "100x120"),
+        (_series(live, pool="core", team="vision", category="data_stall"), "300x120"),
+        (_series("goodput_live_until_timestamp_seconds"), stamp),
+    )
+
+
 _JOB_LABELS = {"job_id": "j1", "pool": "core", "team": "vision"}
 _GPU = {"node": "n1", "gpu": "0", "UUID": "GPU-1", "Hostname": "n1"}
 _NIC = {"node": "n1", "device": "mlx5_0", "port": "1"}
@@ -334,29 +344,10 @@ ALERTS: tuple[Alert, ...] = (
             "one job's drill-down for the evidence (which pool ceiling, which node's ports)."
         ),
         dashboard=CLUSTER_DASH,
-        fire=(
-            (
-                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="productive"),
-                "100x120",
-            ),
-            (
-                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="data_stall"),
-                "300x120",
-            ),
-            (_series("goodput_live_until_timestamp_seconds"), "0+60x120"),
-        ),
+        fire=_stalled_live_pool(stamp="0+60x120"),
         labels={"pool": "core"},
-        quiet=(  # the same stall, but the live runs stopped an hour ago: GoodputLiveAnalysisNotRun's case
-            (
-                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="productive"),
-                "100x120",
-            ),
-            (
-                _series("goodput_live_gpu_seconds", pool="core", team="vision", category="data_stall"),
-                "300x120",
-            ),
-            (_series("goodput_live_until_timestamp_seconds"), "0x120"),
-        ),
+        # the same stall, but the live runs stopped an hour ago: GoodputLiveAnalysisNotRun's case
+        quiet=_stalled_live_pool(stamp="0x120"),
     ),
     Alert(
         name="GoodputGangWaitLong",
