@@ -140,8 +140,8 @@ class RecordingCluster(RecordingServer):
         self.statements.append(f"INSERT INTO {table} <{data.num_rows} rows>")
 
     def query_arrow(self, sql: str, params=None) -> pa.Table:
-        if sql.startswith("SELECT greatest("):  # the end of the data (analyzers.data_end)
-            return pa.table({"t": pa.array([0], pa.int64())})
+        if sql.startswith("SELECT (SELECT toUnixTimestamp64Milli(max(ts)) FROM raw_job"):  # data_end
+            return pa.table({"events": pa.array([0], pa.int64()), "sample": pa.array([1], pa.int64())})
         if re.fullmatch(r"SELECT count\(\) AS n FROM tmp_piece_windows_\w+", sql):  # analyzers.part_count
             return pa.table({"n": pa.array([5_000_000], pa.uint64())})  # 3 parts: their statements too
         if re.fullmatch(r"SELECT day_lo, day_hi FROM tmp_span_\w+", sql):
