@@ -320,6 +320,8 @@ def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False)
         shutil.rmtree(parquet_dir(path), ignore_errors=True)  # the polars baseline's copy of the old rows
         print(f"building {path} ...", file=sys.stderr, flush=True)
         return build(path, gpus, hours)
+    with ChdbStore(path) as store:  # a store cached under an older schema gets what is new since
+        ddl.migrate(store)
     return json.loads((path / MARKER).read_text())
 
 

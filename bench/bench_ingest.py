@@ -7,8 +7,10 @@ output shape), here built once for `--nodes` nodes x `--seconds` seconds of 1 Hz
 8 NIC port rows and 3 storage rows per node-second, the columns a node agent fills). Each kind is inserted
 in blocks of [loader].flush_records rows, as the loader inserts, with a deduplication token per block:
 
-  raw + rollup   the raw table as `goodput` creates it: its materialized view rolls the block up too
-  raw only       the same table without its view (the schema before version 2): the baseline
+  raw + rollup   the raw table as `goodput` creates it: its materialized view rolls the block up too,
+                 and the GPU rollup's view copies its rows into the time-first GPU_ROLLUP_RECENT
+  raw + rollup without the recent copy   the same without that last view (the schema of version 3)
+  raw only       the same table without its views (the schema before version 2): the baseline
 
 Both run in this process, one fresh store each, alternating, `--repeat` times; printed: rows/s (median
 of the runs), the ratio, and the stored bytes per row of the raw table and its rollup.
@@ -99,10 +101,14 @@ def _bytes(store: ChdbStore, table: str) -> int:
     return int(t.column("b")[0].as_py() or 0)
 
 
-def run_once(tables: dict[str, pa.Table], block: int, with_rollups: bool) -> dict:
+def run_once(tables: dict[str, pa.Table], block: int, views: str) -> dict:
+    """One fresh store; `views`: "all" as migrate leaves it, "rollups" without the recent copy's view,
+    "none" without any view."""
     with tempfile.TemporaryDirectory() as tmp, ChdbStore(Path(tmp) / "store") as store:
         ddl.migrate(store)
-        if not with_rollups:
+        if views != "all":
+            store.execute(f"DROP VIEW {catalog.GPU_ROLLUP_RECENT}_mv")
+        if views == "none":
             for kind in KINDS:
                 store.execute(f"DROP VIEW {catalog.ROLLUP_TABLES[kind]}_mv")
         took = _insert_all(store, tables, block)
@@ -129,10 +135,11 @@ def main() -> int:
     print(
         f"rows: {rows:,} ({', '.join(f'{k} {t.num_rows:,}' for k, t in tables.items())}), blocks of {block:,}"
     )
-    runs: dict[str, list[dict]] = {"raw only": [], "raw + rollup": []}
+    variants = {"raw only": "none", "raw + rollup": "all", "raw + rollup without the recent copy": "rollups"}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
     for i in range(args.repeat):
-        for name in runs:
-            runs[name].append(run_once(tables, block, with_rollups=name == "raw + rollup"))
+        for name, views in variants.items():
+            runs[name].append(run_once(tables, block, views))
             print(
                 f"  {name} {i + 1}/{args.repeat}: {rows / runs[name][-1]['s'] / 1e6:.2f} M rows/s", flush=True
             )
@@ -140,12 +147,15 @@ def main() -> int:
     for name, done in runs.items():
         secs = sorted(r["s"] for r in done)
         result[name] = {"median_s": statistics.median(secs), "rows_per_s": rows / statistics.median(secs)}
-        print(f"{name:13s} {rows / statistics.median(secs) / 1e6:.2f} M rows/s (median of {len(secs)})")
+        print(f"{name:37s} {rows / statistics.median(secs) / 1e6:.2f} M rows/s (median of {len(secs)})")
     last = runs["raw + rollup"][-1]
     result["bytes_per_row"] = {k: v for k, v in last.items() if k.endswith("bytes_per_row")}
     slowdown = result["raw + rollup"]["median_s"] / result["raw only"]["median_s"]
     result["rollup_cost"] = slowdown
     print(f"the rollups' views make an insert {slowdown:.2f}x as long")
+    copy = result["raw + rollup"]["median_s"] / result["raw + rollup without the recent copy"]["median_s"]
+    result["recent_copy_cost"] = copy
+    print(f"the GPU rollup's time-first copy makes an insert {copy:.2f}x as long")
     print(
         "stored bytes per raw row: "
         + ", ".join(

@@ -33,6 +33,8 @@ DEAD_LETTER_TTL_DAYS = 30
 LIVE_TTL_DAYS = 2
 """goodput_live keeps its provisional rows this long after the live run that wrote them: by then whole runs
 have classified their windows."""
+RECENT_TTL_DAYS = 2
+"""Days the GPU rollup's time-first copy keeps (catalog.GPU_ROLLUP_RECENT): a live run reads minutes."""
 STATE_TTL_DAYS = 30
 """job_state keeps a job's numbers this long after the run that last classified it."""
 
@@ -202,7 +204,9 @@ windows a phase boundary cuts and the exact quantiles of the busy levels; `times
 (ms into the window) of a storage source, which count a node's NFS/Lustre samples across its mounts."""
 
 
-def rollup_table_ddl(kind: str) -> str:
+def rollup_table_ddl(kind: str, recent: bool = False) -> str:
+    """`kind`'s rollup table; `recent`: the GPU rollup's time-first copy (catalog.GPU_ROLLUP_RECENT), the
+    same columns sorted by window first, kept RECENT_TTL_DAYS, whole day parts dropped as they expire."""
     cols = [
         "cluster LowCardinality(String)",
         "node LowCardinality(String)",
@@ -215,12 +219,16 @@ def rollup_table_ddl(kind: str) -> str:
     ]
     # in the order rollup_select gives them, as `backfill_rollup` inserts by position
     key = f"cluster, node, {_ROLLUP_KEY[kind]}, window_start" + (", job_id" if kind == "gpu" else "")
+    name, ttl, drop = catalog.ROLLUP_TABLES[kind], RAW_TTL_DAYS, ""
+    if recent:
+        key = f"cluster, window_start, node, {_ROLLUP_KEY[kind]}, job_id"
+        name, ttl, drop = catalog.GPU_ROLLUP_RECENT, RECENT_TTL_DAYS, ", ttl_only_drop_parts = 1"
     body = ",\n    ".join(cols)
     return (
-        f"CREATE TABLE IF NOT EXISTS {catalog.ROLLUP_TABLES[kind]} (\n    {body}\n)\n"
+        f"CREATE TABLE IF NOT EXISTS {name} (\n    {body}\n)\n"
         f"ENGINE = AggregatingMergeTree\nPARTITION BY toDate(window_start)\nORDER BY ({key})\n"
-        f"TTL window_start + INTERVAL {RAW_TTL_DAYS} DAY\n"
-        f"SETTINGS non_replicated_deduplication_window = 10000"
+        f"TTL window_start + INTERVAL {ttl} DAY\n"
+        f"SETTINGS non_replicated_deduplication_window = 10000{drop}"
     )
 
 
@@ -519,6 +527,7 @@ def all_ddl() -> list[str]:
     return (
         [raw_table_ddl(k) for k in KINDS.values()]
         + [rollup_table_ddl(k) for k in catalog.ROLLUP_TABLES]
+        + [rollup_table_ddl("gpu", recent=True)]
         + [s.strip() for s in FIXED_TABLES.values()]
     )
 
@@ -542,6 +551,7 @@ SHARD_KEYS: dict[str, str] = {
         for k in KINDS.values()
     },
     **{catalog.ROLLUP_TABLES[k]: "cityHash64(node)" for k in catalog.ROLLUP_TABLES},
+    catalog.GPU_ROLLUP_RECENT: "cityHash64(node)",
     catalog.SCHEMA_MIGRATIONS: "version",
     catalog.DEAD_LETTERS: "cityHash64(source, partition, offset)",
     catalog.INGESTED_BATCHES: "cityHash64(node)",
@@ -656,16 +666,34 @@ MIGRATIONS = {
     1: "initial schema: raw tables, dead letters, outputs",
     2: "insert-time rollups of the gpu, nic and storage rows, per 10 s (materialized views)",
     3: "live runs: goodput_live (provisional windows of the last minutes) and job_state (what they carry)",
+    4: "gpu_rollup_recent_10s: the last days of the GPU rollup sorted time-first, for live runs",
 }
 """Schema versions and what each added, as recorded in schema_migrations (docs/clickhouse.md)."""
 
 
 def rollup_views(cluster: str | None = None) -> list[str]:
     """The rollups' materialized views: on one server over the catalog tables; on a cluster over each
-    shard's local tables, created ON CLUSTER."""
-    if cluster is None:
-        return [rollup_view_ddl(kind) for kind in catalog.ROLLUP_TABLES]
-    return [rollup_view_ddl(kind, LOCAL_SUFFIX, f" ON CLUSTER {cluster}") for kind in catalog.ROLLUP_TABLES]
+    shard's local tables, created ON CLUSTER. The last copies the GPU rollup's rows, as its view inserts
+    them, into the time-first GPU_ROLLUP_RECENT (a view on a view's target: no second aggregation)."""
+    suffix, on = ("", "") if cluster is None else (LOCAL_SUFFIX, f" ON CLUSTER {cluster}")
+    recent = catalog.GPU_ROLLUP_RECENT
+    return [rollup_view_ddl(kind, suffix, on) for kind in catalog.ROLLUP_TABLES] + [
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {recent}_mv{suffix}{on} TO {recent}{suffix} AS\n"
+        f"SELECT * FROM {catalog.ROLLUP_TABLES['gpu']}{suffix}"
+    ]
+
+
+def backfill_recent(store: Store) -> None:
+    """Copies the GPU rollup's last RECENT_TTL_DAYS into GPU_ROLLUP_RECENT, for a store from before
+    version 4. A batch inserted while this runs may reach the copy twice; a live run compares the two
+    tables' rows over its minutes and reads the rollup itself where they differ (analyzers.run). Emptied
+    first, so a migration cut short and run again copies the days once."""
+    recent = catalog.GPU_ROLLUP_RECENT
+    store.execute(f"TRUNCATE TABLE {delete_target(store, recent) or recent}")
+    store.execute(
+        f"INSERT INTO {catalog.GPU_ROLLUP_RECENT} SELECT * FROM {catalog.ROLLUP_TABLES['gpu']} "
+        f"WHERE window_start >= now() - INTERVAL {RECENT_TTL_DAYS} DAY"
+    )
 
 
 def migrate(store: Store) -> int:
@@ -675,7 +703,8 @@ def migrate(store: Store) -> int:
     (`require_version`) and, when configured with a cluster, gets the replicated and Distributed layout
     of `cluster_ddl`; the embedded chDB store has neither attribute and gets `all_ddl()`. A store from
     before version 2 gets its rollups filled from the raw rows it holds (`backfill_rollup`); version 2 is
-    recorded only once that is done, so a migration cut short starts the rollups over."""
+    recorded only once that is done, so a migration cut short starts the rollups over. A store from
+    version 2 or 3 gets the GPU rollup's last days copied into its time-first copy (`backfill_recent`)."""
     require_version = getattr(store, "require_version", None)
     if require_version is not None:
         require_version(MIN_SERVER_VERSION, FULL_SCHEMA_NEEDS)
@@ -689,14 +718,16 @@ def migrate(store: Store) -> int:
         .to_pylist()
     )
     rolled_up = 2 in applied
-    if not rolled_up:
-        for rollup in catalog.ROLLUP_TABLES.values():
+    if not rolled_up:  # the recent copy is filled by its view as the rollups are backfilled
+        for rollup in (*catalog.ROLLUP_TABLES.values(), catalog.GPU_ROLLUP_RECENT):
             store.execute(f"TRUNCATE TABLE {delete_target(store, rollup) or rollup}")
     for statement in rollup_views(cluster):
         store.execute(statement)
     if not rolled_up:
         for kind in catalog.ROLLUP_TABLES:
             backfill_rollup(store, kind)
+    elif 4 not in applied:
+        backfill_recent(store)
     for version, description in MIGRATIONS.items():
         if version not in applied:
             store.execute(

@@ -329,6 +329,20 @@ windows (docs/goodput-model.md, "Live runs"; the exporter's `goodput_live_gpu_se
 dashboard's live panel). Both tables are new in version 3; nothing existing changed, so `migrate` only
 creates them.
 
+## The GPU rollup's last days, time-first (version 4)
+`gpu_rollup_recent_10s` holds `gpu_rollup_10s`'s rows of the last 2 days again, sorted by window first
+(`cluster, window_start, node, gpu, job_id`), filled by a materialized view on the rollup itself
+(`gpu_rollup_recent_10s_mv`: it copies the rollup view's rows as they are inserted, no second
+aggregation; on a cluster one per shard, over the local tables, sharded by node as the rollup). Why: in
+the rollup, sorted by node and GPU, every granule holds some GPU's last minutes, so a live run reading
+the last 10 minutes of samples read the whole day's sample arrays (10,240 GPUs: 0.6 s for a 1 h store,
+3.1 s for a 4 h one; docs/performance.md "Live runs"). A live run reads the copy where it holds exactly
+the rollup's samples of its span (the same number of them; `pipeline.analyzers.run.recent_holds`),
+and the rollup itself otherwise (an expired copy, a migration still copying): the same rows either way.
+It costs an insert ~1.1x (bench/bench_ingest.py) and ~4.5 bytes per GPU row for 2 days. `migrate` creates
+it and copies the rollup's last 2 days into it (`pipeline.ddl.backfill_recent`), recording version 4 when
+that is done; nothing existing changed.
+
 ## Tables
 """
     ]

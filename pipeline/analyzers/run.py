@@ -351,6 +351,7 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     }
     out = {f"rollup_{kind}": catalog.ROLLUP_TABLES[kind]}
     if kind == "gpu":
+        common["rollup"] = params["gpu_samples_from"]
         out["gpu_windows"] = temp_names(GPU_WINDOWS.format(**common), run_id)
     elif kind == "nic":
         columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
@@ -396,6 +397,33 @@ def data_end(store: Store, cluster: str) -> int:
     if not row["sample"]:
         row["sample"] = store.query_arrow(f"SELECT ({latest}) AS sample", params).column(0)[0].as_py()
     return max(int(row["events"] or 0), int(row["sample"] or 0))
+
+
+def recent_holds(store: Store, cluster: str, from_ms: int) -> bool:
+    """Whether the GPU rollup's time-first copy holds exactly the rollup's rows from `from_ms` on, so a
+    live run may read its samples there (ddl.rollup_views: one insert fills both): the same number of
+    samples (a sum, unlike a count of rows, does not depend on which parts the two tables' merges have
+    left; the rollup's side reads one small column of the day, 0.05-0.2 s at 10k GPUs x 4 h, where its
+    sample arrays took 1-3 s). It does not where the copy has expired (data older than
+    ddl.RECENT_TTL_DAYS), where a migration to version 4 copied a batch twice or is still copying, or
+    while an insert has reached the rollup and not yet the copy: the live run then reads the rollup
+    itself, slower (docs/performance.md "Live runs"), with the same result."""
+    since = "WHERE cluster = {cluster:String} AND window_start >= toDateTime({since:Int64}, 'UTC')"
+    tables = (catalog.ROLLUP_TABLES["gpu"], catalog.GPU_ROLLUP_RECENT)
+    sums = [f"(SELECT sum(rows) FROM {t} {since})" for t in tables]
+    row = store.query_arrow(
+        f"SELECT {sums[0]} AS rollup, {sums[1]} AS recent", {"cluster": cluster, "since": from_ms // 1000}
+    ).to_pylist()[0]
+    if row["rollup"] != row["recent"]:
+        log.info(
+            "live run reads %s: %s holds %s of its %s samples since %d ms",
+            catalog.ROLLUP_TABLES["gpu"],
+            catalog.GPU_ROLLUP_RECENT,
+            row["recent"],
+            row["rollup"],
+            from_ms,
+        )
+    return row["rollup"] == row["recent"]
 
 
 ROWS_PER_PART = 3_000_000
@@ -620,6 +648,9 @@ def _run(
     params["delete_windows"] = params["delete_from"][params["windows_table"]]
     params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
     params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
+    params["gpu_samples_from"] = catalog.ROLLUP_TABLES["gpu"]
+    if live and params["rollups"] == "1" and recent_holds(store, cfg.cluster.name, int(params["live_from"])):
+        params["gpu_samples_from"] = catalog.GPU_ROLLUP_RECENT
     for kind in catalog.ROLLUP_TABLES:
         params.update(rollup_params(kind, params, run_id))
     files = () if live else SQL_FILES

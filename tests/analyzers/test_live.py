@@ -110,6 +110,31 @@ def test_live_windows_equal_the_whole_runs_where_the_numbers_hold(sc):
     assert after == before  # goodput_windows, job_summary, job_state and the rest untouched
 
 
+def test_the_time_first_copy_is_read_only_where_it_holds_the_rollups_rows(sc):
+    """A live run reads its samples from the GPU rollup's time-first copy where the copy holds exactly
+    the rollup's rows of its span, and from the rollup itself where it does not (an expired or half-done
+    copy, a batch copied twice): the same windows either way."""
+    stalled_job(sc)
+    sc.load()
+    sc.analyze(0, END + 100)
+    whole = rows(sc, catalog.GOODPUT_WINDOWS, STALL_FROM)
+    holds = lambda: analyzers.recent_holds(sc.store, sc.cfg.cluster.name, ms(STALL_FROM))  # noqa: E731
+    assert holds()
+    live(sc, STALL_FROM)
+    assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
+    recent, rollup = catalog.GPU_ROLLUP_RECENT, catalog.ROLLUP_TABLES["gpu"]
+    since = f"window_start >= toDateTime({ms(STALL_FROM) // 1000})"
+    sc.store.execute(f"INSERT INTO {recent} SELECT * FROM {rollup} WHERE {since} LIMIT 1")  # one row twice
+    assert not holds()
+    live(sc, STALL_FROM)
+    assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
+    sc.store.execute(f"TRUNCATE TABLE {recent}")  # expired
+    assert not holds()
+    live(sc, STALL_FROM)
+    assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
+    assert analyzers.recent_holds(sc.store, sc.cfg.cluster.name, ms(END + 100))  # nothing on either side
+
+
 def test_without_its_state_the_stall_is_read_off_the_minutes_alone(sc):
     """The same live run before any whole run: what the carried numbers change (and a test above that
     equality could not pass without them)."""

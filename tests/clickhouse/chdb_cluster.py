@@ -163,7 +163,9 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
             out["compacted"] = [[c.table, c.parts] for c in compact_closed_days(store, closed, settle_s=0)]
             out["rollup_parts"] = store.query_arrow(
                 "SELECT table, partition, count() AS n FROM system.parts WHERE active AND database = "
-                "currentDatabase() AND table LIKE '%rollup%' GROUP BY table, partition"
+                "currentDatabase() AND table IN {locals} GROUP BY table, partition".format(
+                    locals=tuple(t + ddl.LOCAL_SUFFIX for t in catalog.ROLLUP_TABLES.values())
+                )
             ).to_pylist()
             analyzers.run(store, cfg, start_ms, start_ms + sim_cfg.horizon_s * 1000)
             out["derived_after_compaction"] = {

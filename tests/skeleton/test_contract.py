@@ -191,7 +191,7 @@ def test_one_bad_message_does_not_sink_its_neighbours():
 
 def test_ddl_applies_twice_and_records_its_version(tmp_path):
     with ChdbStore(tmp_path / "s") as store:
-        assert migrate(store) == migrate(store) == 3
+        assert migrate(store) == migrate(store) == 4
         names = set(
             store.query_arrow("SELECT name FROM system.tables WHERE database = currentDatabase()")
             .column("name")
@@ -214,8 +214,10 @@ def test_ddl_applies_twice_and_records_its_version(tmp_path):
             "gpu_rollup_10s_mv",
             "nic_rollup_10s",
             "storage_rollup_10s",
+            "gpu_rollup_recent_10s",
+            "gpu_rollup_recent_10s_mv",
         } <= names
-        assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 3
+        assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 4
 
 
 def test_migrate_adds_the_clock_columns_to_a_store_created_before_them(tmp_path):
