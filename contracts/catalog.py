@@ -22,10 +22,10 @@ the raw rows where their window is a multiple of this (pipeline/ddl.py, docs/per
 ROLLUP_TABLES: dict[str, str] = {
     kind: f"{kind}_rollup_{ROLLUP_WINDOW_S}s" for kind in ("gpu", "nic", "storage")
 }
-GPU_ROLLUP_RECENT = f"gpu_rollup_recent_{ROLLUP_WINDOW_S}s"
-"""The GPU rollup's rows of the last days again, sorted time-first: what a live run reads its minutes of
-samples from. In the rollup (sorted by node, GPU, window) every granule holds some GPU's last minutes, so
-reading them costs the whole day's sample arrays (docs/performance.md "Live runs")."""
+ROLLUP_RECENT: dict[str, str] = {kind: f"{kind}_rollup_recent_{ROLLUP_WINDOW_S}s" for kind in ROLLUP_TABLES}
+"""Each rollup's rows of the last days again, sorted time-first: what a live run reads its minutes from. In
+a rollup (sorted by node, device, window) every granule holds some device's last minutes, so reading them
+costs the whole day's columns (docs/performance.md "Live runs")."""
 
 DIM_NODES = "dim_nodes"
 DIM_ACCOUNTS = "dim_accounts"

@@ -34,7 +34,7 @@ LIVE_TTL_DAYS = 2
 """goodput_live keeps its provisional rows this long after the live run that wrote them: by then whole runs
 have classified their windows."""
 RECENT_TTL_DAYS = 2
-"""Days the GPU rollup's time-first copy keeps (catalog.GPU_ROLLUP_RECENT): a live run reads minutes."""
+"""Days the rollups' time-first copies keep (catalog.ROLLUP_RECENT): a live run reads minutes."""
 STATE_TTL_DAYS = 30
 """job_state keeps a job's numbers this long after the run that last classified it."""
 
@@ -205,8 +205,8 @@ windows a phase boundary cuts and the exact quantiles of the busy levels; `times
 
 
 def rollup_table_ddl(kind: str, recent: bool = False) -> str:
-    """`kind`'s rollup table; `recent`: the GPU rollup's time-first copy (catalog.GPU_ROLLUP_RECENT), the
-    same columns sorted by window first, kept RECENT_TTL_DAYS, whole day parts dropped as they expire."""
+    """`kind`'s rollup table; `recent`: its time-first copy (catalog.ROLLUP_RECENT), the same columns
+    sorted by window first, kept RECENT_TTL_DAYS, whole day parts dropped as they expire."""
     cols = [
         "cluster LowCardinality(String)",
         "node LowCardinality(String)",
@@ -221,8 +221,8 @@ def rollup_table_ddl(kind: str, recent: bool = False) -> str:
     key = f"cluster, node, {_ROLLUP_KEY[kind]}, window_start" + (", job_id" if kind == "gpu" else "")
     name, ttl, drop = catalog.ROLLUP_TABLES[kind], RAW_TTL_DAYS, ""
     if recent:
-        key = f"cluster, window_start, node, {_ROLLUP_KEY[kind]}, job_id"
-        name, ttl, drop = catalog.GPU_ROLLUP_RECENT, RECENT_TTL_DAYS, ", ttl_only_drop_parts = 1"
+        key = f"cluster, window_start, node, {_ROLLUP_KEY[kind]}" + (", job_id" if kind == "gpu" else "")
+        name, ttl, drop = catalog.ROLLUP_RECENT[kind], RECENT_TTL_DAYS, ", ttl_only_drop_parts = 1"
     body = ",\n    ".join(cols)
     return (
         f"CREATE TABLE IF NOT EXISTS {name} (\n    {body}\n)\n"
@@ -527,7 +527,7 @@ def all_ddl() -> list[str]:
     return (
         [raw_table_ddl(k) for k in KINDS.values()]
         + [rollup_table_ddl(k) for k in catalog.ROLLUP_TABLES]
-        + [rollup_table_ddl("gpu", recent=True)]
+        + [rollup_table_ddl(k, recent=True) for k in catalog.ROLLUP_TABLES]
         + [s.strip() for s in FIXED_TABLES.values()]
     )
 
@@ -551,7 +551,7 @@ SHARD_KEYS: dict[str, str] = {
         for k in KINDS.values()
     },
     **{catalog.ROLLUP_TABLES[k]: "cityHash64(node)" for k in catalog.ROLLUP_TABLES},
-    catalog.GPU_ROLLUP_RECENT: "cityHash64(node)",
+    **{catalog.ROLLUP_RECENT[k]: "cityHash64(node)" for k in catalog.ROLLUP_TABLES},
     catalog.SCHEMA_MIGRATIONS: "version",
     catalog.DEAD_LETTERS: "cityHash64(source, partition, offset)",
     catalog.INGESTED_BATCHES: "cityHash64(node)",
@@ -666,34 +666,35 @@ MIGRATIONS = {
     1: "initial schema: raw tables, dead letters, outputs",
     2: "insert-time rollups of the gpu, nic and storage rows, per 10 s (materialized views)",
     3: "live runs: goodput_live (provisional windows of the last minutes) and job_state (what they carry)",
-    4: "gpu_rollup_recent_10s: the last days of the GPU rollup sorted time-first, for live runs",
+    4: "<kind>_rollup_recent_10s: the last days of the rollups sorted time-first, for live runs",
 }
 """Schema versions and what each added, as recorded in schema_migrations (docs/clickhouse.md)."""
 
 
 def rollup_views(cluster: str | None = None) -> list[str]:
     """The rollups' materialized views: on one server over the catalog tables; on a cluster over each
-    shard's local tables, created ON CLUSTER. The last copies the GPU rollup's rows, as its view inserts
-    them, into the time-first GPU_ROLLUP_RECENT (a view on a view's target: no second aggregation)."""
+    shard's local tables, created ON CLUSTER. Then one per rollup copying its rows, as its view inserts
+    them, into its time-first copy (catalog.ROLLUP_RECENT: a view on a view's target, no second
+    aggregation)."""
     suffix, on = ("", "") if cluster is None else (LOCAL_SUFFIX, f" ON CLUSTER {cluster}")
-    recent = catalog.GPU_ROLLUP_RECENT
     return [rollup_view_ddl(kind, suffix, on) for kind in catalog.ROLLUP_TABLES] + [
         f"CREATE MATERIALIZED VIEW IF NOT EXISTS {recent}_mv{suffix}{on} TO {recent}{suffix} AS\n"
-        f"SELECT * FROM {catalog.ROLLUP_TABLES['gpu']}{suffix}"
+        f"SELECT * FROM {catalog.ROLLUP_TABLES[kind]}{suffix}"
+        for kind, recent in catalog.ROLLUP_RECENT.items()
     ]
 
 
 def backfill_recent(store: Store) -> None:
-    """Copies the GPU rollup's last RECENT_TTL_DAYS into GPU_ROLLUP_RECENT, for a store from before
-    version 4. A batch inserted while this runs may reach the copy twice; a live run compares the two
-    tables' rows over its minutes and reads the rollup itself where they differ (analyzers.run). Emptied
-    first, so a migration cut short and run again copies the days once."""
-    recent = catalog.GPU_ROLLUP_RECENT
-    store.execute(f"TRUNCATE TABLE {delete_target(store, recent) or recent}")
-    store.execute(
-        f"INSERT INTO {catalog.GPU_ROLLUP_RECENT} SELECT * FROM {catalog.ROLLUP_TABLES['gpu']} "
-        f"WHERE window_start >= now() - INTERVAL {RECENT_TTL_DAYS} DAY"
-    )
+    """Copies each rollup's last RECENT_TTL_DAYS into its time-first copy (catalog.ROLLUP_RECENT), for a
+    store from before version 4. A batch inserted while this runs may reach a copy twice, which a live
+    run's duplicate check finds there as it finds a batch stored twice (analyzers.run recent_covers).
+    Emptied first, so a migration cut short and run again copies once."""
+    for kind, recent in catalog.ROLLUP_RECENT.items():
+        store.execute(f"TRUNCATE TABLE {delete_target(store, recent) or recent}")
+        store.execute(
+            f"INSERT INTO {recent} SELECT * FROM {catalog.ROLLUP_TABLES[kind]} "
+            f"WHERE window_start >= now() - INTERVAL {RECENT_TTL_DAYS} DAY"
+        )
 
 
 def migrate(store: Store) -> int:
@@ -704,7 +705,7 @@ def migrate(store: Store) -> int:
     of `cluster_ddl`; the embedded chDB store has neither attribute and gets `all_ddl()`. A store from
     before version 2 gets its rollups filled from the raw rows it holds (`backfill_rollup`); version 2 is
     recorded only once that is done, so a migration cut short starts the rollups over. A store from
-    version 2 or 3 gets the GPU rollup's last days copied into its time-first copy (`backfill_recent`)."""
+    version 2 or 3 gets the rollups' last days copied into their time-first copies (`backfill_recent`)."""
     require_version = getattr(store, "require_version", None)
     if require_version is not None:
         require_version(MIN_SERVER_VERSION, FULL_SCHEMA_NEEDS)
@@ -718,8 +719,8 @@ def migrate(store: Store) -> int:
         .to_pylist()
     )
     rolled_up = 2 in applied
-    if not rolled_up:  # the recent copy is filled by its view as the rollups are backfilled
-        for rollup in (*catalog.ROLLUP_TABLES.values(), catalog.GPU_ROLLUP_RECENT):
+    if not rolled_up:  # the time-first copies are filled by their views as the rollups are backfilled
+        for rollup in (*catalog.ROLLUP_TABLES.values(), *catalog.ROLLUP_RECENT.values()):
             store.execute(f"TRUNCATE TABLE {delete_target(store, rollup) or rollup}")
     for statement in rollup_views(cluster):
         store.execute(statement)

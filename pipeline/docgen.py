@@ -329,19 +329,21 @@ windows (docs/goodput-model.md, "Live runs"; the exporter's `goodput_live_gpu_se
 dashboard's live panel). Both tables are new in version 3; nothing existing changed, so `migrate` only
 creates them.
 
-## The GPU rollup's last days, time-first (version 4)
-`gpu_rollup_recent_10s` holds `gpu_rollup_10s`'s rows of the last 2 days again, sorted by window first
-(`cluster, window_start, node, gpu, job_id`), filled by a materialized view on the rollup itself
-(`gpu_rollup_recent_10s_mv`: it copies the rollup view's rows as they are inserted, no second
-aggregation; on a cluster one per shard, over the local tables, sharded by node as the rollup). Why: in
-the rollup, sorted by node and GPU, every granule holds some GPU's last minutes, so a live run reading
-the last 10 minutes of samples read the whole day's sample arrays (10,240 GPUs: 0.6 s for a 1 h store,
-3.1 s for a 4 h one; docs/performance.md "Live runs"). A live run reads the copy where it holds exactly
-the rollup's samples of its span (the same number of them; `pipeline.analyzers.run.recent_holds`),
-and the rollup itself otherwise (an expired copy, a migration still copying): the same rows either way.
-It costs an insert ~1.1x (bench/bench_ingest.py) and ~4.5 bytes per GPU row for 2 days. `migrate` creates
-it and copies the rollup's last 2 days into it (`pipeline.ddl.backfill_recent`), recording version 4 when
-that is done; nothing existing changed.
+## The rollups' last days, time-first (version 4)
+`gpu_rollup_recent_10s`, `nic_rollup_recent_10s` and `storage_rollup_recent_10s` hold their rollup's rows
+of the last 2 days again, sorted by window first (`cluster, window_start, node, <device>`), each filled by a
+materialized view on its rollup (`<copy>_mv`: it copies the rows the rollup's view inserts, no second
+aggregation; on a cluster one per shard, over the local tables, sharded by node as the rollups). Why: a
+rollup sorted by node and device holds some device's last minutes in every granule, so a live run reading
+the last 10 minutes read the whole day's columns (10,240 GPUs: the GPU samples 0.6 s for a 1 h store, 3.1 s
+for a 4 h one; docs/performance.md "Live runs"). A live run reads the copies when they cover its minutes
+(version 4 recorded, so the last days were copied, and minutes within the 2 days they keep;
+`pipeline.analyzers.run.recent_covers`), the rollups themselves otherwise: the same rows either way. A
+batch that a migration copies twice (inserted while it copies) shows in a copy as more rows than seconds,
+the duplicate check the analyzers already run, which reads that node's raw rows. Whole runs read the
+rollups. The copies cost an insert ~1.1-1.2x (bench/bench_ingest.py) and ~7 bytes per
+node-second's rows for 2 days. `migrate` creates them and copies the rollups' last 2 days into them
+(`pipeline.ddl.backfill_recent`), recording version 4 when that is done; nothing existing changed.
 
 ## Tables
 """

@@ -300,8 +300,8 @@ SETTINGS join_use_nulls = 1
 --     order and checked window by window: 1,024 groups of arrays instead of a hash of 9 M windows (3.7 ->
 --     3.0 s for the statement, 2.1 -> 1.1 GB peak, on the bench day). With {rollups} = 0 (a window that is
 --     no multiple of the rollups' 10 s, or a run told to) every node is read from its raw rows.
---     A live run reads the GPU rollup's time-first copy here and in 7 where it holds the rollup's rows
---     ({gpu_samples_from}, run.py recent_holds): its minutes, not the day's sample arrays.
+--     A live run reads the rollups' time-first copies here, in 7 and 9 where they hold the rollups' rows
+--     ({<kind>_rollup_read}, run.py recent_covers): its minutes, not the day's columns.
 --     The NIC rollup is read once, for this check and for step 9: its fabric signals per (node, window),
 --     with whether a port's window was stored twice (tmp_nic_windows, run.py NIC_WINDOWS).
 CREATE OR REPLACE TABLE tmp_nic_windows ENGINE = {temp_engine} AS {nic_rollup_windows}
@@ -312,7 +312,7 @@ UNION DISTINCT
 SELECT DISTINCT node FROM (  -- per GPU its rows in window order, split into windows
     SELECT node, arraySort(groupArray((window_start, rows, seconds))) AS w,
            arraySplit((x, i) -> i > 1 AND x.1 != w[i - 1].1, w, arrayEnumerate(w)) AS windows
-    FROM {gpu_samples_from} FINAL
+    FROM {gpu_rollup_read} FINAL
     WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span}
     GROUP BY node, gpu
 )
@@ -321,7 +321,7 @@ WHERE arrayExists(c -> arraySum(x -> x.2, c) > bitCount(arrayFold((acc, x) -> bi
 UNION DISTINCT
 SELECT DISTINCT node FROM tmp_nic_windows WHERE stored_twice
 UNION DISTINCT
-SELECT DISTINCT node FROM {rollup_storage} FINAL
+SELECT DISTINCT node FROM {storage_rollup_read} FINAL
 WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span} AND rows > bitCount(seconds)
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
@@ -551,7 +551,7 @@ SELECT node, wi,
 FROM (
     SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, read_sum,
            psi_max, times
-    FROM {rollup_storage}
+    FROM {storage_rollup_read}
     WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {rollup_span}
     UNION ALL
     SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}), read_sum,

@@ -344,14 +344,13 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     )
     raw = temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id)
     common = {
-        "rollup": catalog.ROLLUP_TABLES[kind],
+        "rollup": params[f"{kind}_rollup_read"],
         "raw": raw,
         "span": params["rollup_span"],
         **{k: params[k] for k in ("cluster", "rollups", "W")},
     }
     out = {f"rollup_{kind}": catalog.ROLLUP_TABLES[kind]}
     if kind == "gpu":
-        common["rollup"] = params["gpu_samples_from"]
         out["gpu_windows"] = temp_names(GPU_WINDOWS.format(**common), run_id)
     elif kind == "nic":
         columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
@@ -399,31 +398,26 @@ def data_end(store: Store, cluster: str) -> int:
     return max(int(row["events"] or 0), int(row["sample"] or 0))
 
 
-def recent_holds(store: Store, cluster: str, from_ms: int) -> bool:
-    """Whether the GPU rollup's time-first copy holds exactly the rollup's rows from `from_ms` on, so a
-    live run may read its samples there (ddl.rollup_views: one insert fills both): the same number of
-    samples (a sum, unlike a count of rows, does not depend on which parts the two tables' merges have
-    left; the rollup's side reads one small column of the day, 0.05-0.2 s at 10k GPUs x 4 h, where its
-    sample arrays took 1-3 s). It does not where the copy has expired (data older than
-    ddl.RECENT_TTL_DAYS), where a migration to version 4 copied a batch twice or is still copying, or
-    while an insert has reached the rollup and not yet the copy: the live run then reads the rollup
-    itself, slower (docs/performance.md "Live runs"), with the same result."""
-    since = "WHERE cluster = {cluster:String} AND window_start >= toDateTime({since:Int64}, 'UTC')"
-    tables = (catalog.ROLLUP_TABLES["gpu"], catalog.GPU_ROLLUP_RECENT)
-    sums = [f"(SELECT sum(rows) FROM {t} {since})" for t in tables]
+def recent_covers(store: Store, from_ms: int) -> bool:
+    """Whether the rollups' time-first copies (catalog.ROLLUP_RECENT) hold every rollup row from `from_ms`
+    on, so a live run may read its minutes there: the copies' views exist and `migrate` has copied the
+    rollups' last days (version 4 recorded), and `from_ms` is within the copies' ddl.RECENT_TTL_DAYS of
+    the store's clock, so none of its rows has expired. From then on each insert fills a rollup and its
+    copy alike (ddl.rollup_views). A batch a migration copied twice (inserted while it copied) shows in
+    the copy as a window with more rows than seconds, which step 3e reads there and answers with that
+    node's raw rows, as it does for a batch stored twice. Two small reads, whatever the store holds: a
+    check comparing the tables' rows read the rollups' day, 0.35-0.4 s at 10k GPUs x 4 h.
+    Otherwise (older minutes, a store not yet migrated) the live run reads the rollups: slower
+    (docs/performance.md "Live runs"), the same result."""
     row = store.query_arrow(
-        f"SELECT {sums[0]} AS rollup, {sums[1]} AS recent", {"cluster": cluster, "since": from_ms // 1000}
+        f"SELECT (SELECT count() FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4) AS copied, "
+        "toInt64(toUnixTimestamp(now())) * 1000 AS now_ms"
     ).to_pylist()[0]
-    if row["rollup"] != row["recent"]:
-        log.info(
-            "live run reads %s: %s holds %s of its %s samples since %d ms",
-            catalog.ROLLUP_TABLES["gpu"],
-            catalog.GPU_ROLLUP_RECENT,
-            row["recent"],
-            row["rollup"],
-            from_ms,
-        )
-    return row["rollup"] == row["recent"]
+    horizon_ms = row["now_ms"] - ddl.RECENT_TTL_DAYS * 86_400_000
+    covers = row["copied"] > 0 and from_ms >= horizon_ms
+    if not covers:
+        log.info("live run reads the rollups: their time-first copies do not cover %d ms on", from_ms)
+    return covers
 
 
 ROWS_PER_PART = 3_000_000
@@ -648,10 +642,9 @@ def _run(
     params["delete_windows"] = params["delete_from"][params["windows_table"]]
     params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
     params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
-    params["gpu_samples_from"] = catalog.ROLLUP_TABLES["gpu"]
-    if live and params["rollups"] == "1" and recent_holds(store, cfg.cluster.name, int(params["live_from"])):
-        params["gpu_samples_from"] = catalog.GPU_ROLLUP_RECENT
-    for kind in catalog.ROLLUP_TABLES:
+    recent = live and params["rollups"] == "1" and recent_covers(store, int(params["live_from"]))
+    for kind in catalog.ROLLUP_TABLES:  # {<kind>_rollup_read}: where the run reads the span's rollup rows
+        params[f"{kind}_rollup_read"] = (catalog.ROLLUP_RECENT if recent else catalog.ROLLUP_TABLES)[kind]
         params.update(rollup_params(kind, params, run_id))
     files = () if live else SQL_FILES
     later = named_after_each_file(params, run_id, files)

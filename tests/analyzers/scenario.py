@@ -194,6 +194,6 @@ def fails_once(
 
 
 def reset(store) -> None:
-    raw = [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values(), catalog.GPU_ROLLUP_RECENT]
+    raw = [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values(), *catalog.ROLLUP_RECENT.values()]
     for name in [*raw, catalog.INGESTED_BATCHES, catalog.DEAD_LETTERS, *DERIVED]:
         store.execute(f"TRUNCATE TABLE IF EXISTS {name}")

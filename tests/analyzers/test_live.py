@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from contracts import catalog
+from pipeline import ddl
 from pipeline.analyzers import run as analyzers
 from tests.analyzers.scenario import T0, Scenario, ms
 from tests.loader.helpers import GOODPUT
@@ -110,29 +111,31 @@ def test_live_windows_equal_the_whole_runs_where_the_numbers_hold(sc):
     assert after == before  # goodput_windows, job_summary, job_state and the rest untouched
 
 
-def test_the_time_first_copy_is_read_only_where_it_holds_the_rollups_rows(sc):
-    """A live run reads its samples from the GPU rollup's time-first copy where the copy holds exactly
-    the rollup's rows of its span, and from the rollup itself where it does not (an expired or half-done
-    copy, a batch copied twice): the same windows either way."""
+def test_the_time_first_copies_are_read_where_they_cover_the_minutes(sc, monkeypatch):
+    """A live run reads its minutes from the rollups' time-first copies when they cover them, and from
+    the rollups when they do not (minutes older than the copies keep, a store not migrated to version 4):
+    the same windows either way. An emptied copy stands for an expired one: read, it would lose rows."""
     stalled_job(sc)
     sc.load()
     sc.analyze(0, END + 100)
     whole = rows(sc, catalog.GOODPUT_WINDOWS, STALL_FROM)
-    holds = lambda: analyzers.recent_holds(sc.store, sc.cfg.cluster.name, ms(STALL_FROM))  # noqa: E731
-    assert holds()
+    assert analyzers.recent_covers(sc.store, ms(STALL_FROM))
     live(sc, STALL_FROM)
     assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
-    recent, rollup = catalog.GPU_ROLLUP_RECENT, catalog.ROLLUP_TABLES["gpu"]
-    since = f"window_start >= toDateTime({ms(STALL_FROM) // 1000})"
-    sc.store.execute(f"INSERT INTO {recent} SELECT * FROM {rollup} WHERE {since} LIMIT 1")  # one row twice
-    assert not holds()
+    for copy in catalog.ROLLUP_RECENT.values():
+        sc.store.execute(f"TRUNCATE TABLE {copy}")
+    monkeypatch.setattr(ddl, "RECENT_TTL_DAYS", 0.1)  # 2.4 h: the minutes (about 6 h old) are older
+    assert not analyzers.recent_covers(sc.store, ms(STALL_FROM))
+    assert analyzers.recent_covers(sc.store, T0 + 4 * 3_600_000)
     live(sc, STALL_FROM)
     assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
-    sc.store.execute(f"TRUNCATE TABLE {recent}")  # expired
-    assert not holds()
+    monkeypatch.undo()
+    sc.store.execute(f"DELETE FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4")
+    assert not analyzers.recent_covers(sc.store, ms(STALL_FROM))
+    ddl.migrate(sc.store)  # copies the rollups' last days again and records version 4
+    assert analyzers.recent_covers(sc.store, ms(STALL_FROM))
     live(sc, STALL_FROM)
     assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
-    assert analyzers.recent_holds(sc.store, sc.cfg.cluster.name, ms(END + 100))  # nothing on either side
 
 
 def test_without_its_state_the_stall_is_read_off_the_minutes_alone(sc):

@@ -20,10 +20,11 @@ ROLLUPS = tuple(catalog.ROLLUP_TABLES.values())
 
 
 def rollup_contents(store) -> dict[str, list]:
-    """Each rollup merged per key (its parts may not be), every column, sorted; "gpu_recent": the GPU
-    rollup's time-first copy, the same way."""
+    """Each rollup merged per key (its parts may not be), every column, sorted; "<kind> recent": its
+    time-first copy, the same way."""
     out = {}
-    for kind, table in {**catalog.ROLLUP_TABLES, "gpu_recent": catalog.GPU_ROLLUP_RECENT}.items():
+    copies = {f"{kind} recent": table for kind, table in catalog.ROLLUP_RECENT.items()}
+    for kind, table in {**catalog.ROLLUP_TABLES, **copies}.items():
         cols = store.query_arrow(f"SELECT * FROM {table} LIMIT 0").column_names
         key = [
             c
@@ -162,8 +163,9 @@ def test_a_window_of_several_rollup_windows_gives_the_tables_the_raw_rows_give(s
 
 def _forget_rollups(store, versions: tuple[int, ...] = (2, 4)) -> None:
     """The store as version 1 left it: no rollups, no views, versions 2 and 4 not recorded; with
-    `versions` (4,), as version 3 left it: no time-first copy of the GPU rollup."""
-    tables = (*ROLLUPS, catalog.GPU_ROLLUP_RECENT) if 2 in versions else (catalog.GPU_ROLLUP_RECENT,)
+    `versions` (4,), as version 3 left it: no time-first copies of the rollups."""
+    copies = tuple(catalog.ROLLUP_RECENT.values())
+    tables = (*ROLLUPS, *copies) if 2 in versions else copies
     for table in tables:
         store.execute(f"DROP VIEW IF EXISTS {table}_mv")
         store.execute(f"DROP TABLE IF EXISTS {table}")
@@ -180,9 +182,7 @@ def test_migrate_fills_the_rollups_of_a_store_from_before_them(sc, cut_short):
     assert all(fed.values())
     _forget_rollups(sc.store)
     if cut_short:  # the views and part of a backfill exist, version 2 was never recorded
-        tables = [ddl.rollup_table_ddl(k) for k in catalog.ROLLUP_TABLES] + [
-            ddl.rollup_table_ddl("gpu", True)
-        ]
+        tables = [ddl.rollup_table_ddl(k, recent) for recent in (False, True) for k in catalog.ROLLUP_TABLES]
         for statement in tables + ddl.rollup_views():
             sc.store.execute(statement)
         ddl.backfill_rollup(sc.store, "gpu")
@@ -195,14 +195,15 @@ def test_migrate_fills_the_rollups_of_a_store_from_before_them(sc, cut_short):
 
 
 @pytest.mark.parametrize("cut_short", [False, True])
-def test_migrate_copies_the_gpu_rollups_last_days_time_first_for_a_store_from_version_3(sc, cut_short):
+def test_migrate_copies_the_rollups_last_days_time_first_for_a_store_from_version_3(sc, cut_short):
     cluster_day(sc)
     sc.load()
     fed = rollup_contents(sc.store)
-    assert fed["gpu_recent"] == fed["gpu"] != []  # one insert fills both
+    assert all(fed[f"{kind} recent"] == fed[kind] != [] for kind in catalog.ROLLUP_TABLES)  # one insert
     _forget_rollups(sc.store, versions=(4,))
-    if cut_short:  # the copy's table, view and a first copy exist, version 4 was never recorded
-        for statement in [ddl.rollup_table_ddl("gpu", recent=True), *ddl.rollup_views()]:
+    if cut_short:  # the copies' tables, views and a first copy exist, version 4 was never recorded
+        copies = [ddl.rollup_table_ddl(k, recent=True) for k in catalog.ROLLUP_TABLES]
+        for statement in [*copies, *ddl.rollup_views()]:
             sc.store.execute(statement)
         ddl.backfill_recent(sc.store)
     assert ddl.migrate(sc.store) == 4
@@ -251,20 +252,26 @@ def test_one_second_stored_twice_in_any_rollup_sends_its_node_to_the_raw_rows(sc
     assert watch.nodes == ([node] if sc.rollups else [])  # the raw path reads every node raw anyway
 
 
-@pytest.mark.parametrize("retag", ["", "another-job"])
-def test_a_live_run_reading_the_time_first_copy_finds_a_second_stored_twice(sc, retag):
-    """A duplicate reaches the GPU rollup and its time-first copy alike (one insert fills both), so the
-    copy still holds the rollup's rows, a live run reads it, and 3e finds the duplicate there."""
+@pytest.mark.parametrize(("retag", "where"), [("", "raw"), ("another-job", "raw"), ("", "copy")])
+def test_a_live_run_reading_the_time_first_copies_finds_a_second_stored_twice(sc, retag, where):
+    """A duplicate reaches a rollup and its time-first copy alike (one insert fills both), and 3e finds it
+    in a live run reading the copies; so does a row only the copy holds twice (a batch inserted while
+    `migrate` copied the rollup's last days): either way that node's raw rows are read."""
     cluster_day(sc)
     sc.load()
     analyzers.run(sc.store, sc.cfg, ms(0), ms(1000), rollups=sc.rollups)
-    raw = catalog.RAW_TABLES["gpu"]
-    copy = f"* REPLACE ('{retag}' AS job_id)" if retag else "*"
-    sc.store.execute(
-        f"INSERT INTO {raw} SELECT {copy} FROM {raw} WHERE node = '{N2}' AND ts > "
-        f"fromUnixTimestamp64Milli({ms(700)}) ORDER BY ts LIMIT 1"
-    )
-    assert analyzers.recent_holds(sc.store, sc.cfg.cluster.name, ms(600))
+    after = f"node = '{N2}' AND window_start > toDateTime({ms(700) // 1000})"
+    if where == "raw":
+        raw = catalog.RAW_TABLES["gpu"]
+        copy = f"* REPLACE ('{retag}' AS job_id)" if retag else "*"
+        sc.store.execute(
+            f"INSERT INTO {raw} SELECT {copy} FROM {raw} WHERE node = '{N2}' AND ts > "
+            f"fromUnixTimestamp64Milli({ms(700)}) ORDER BY ts LIMIT 1"
+        )
+    else:
+        recent, rollup = catalog.ROLLUP_RECENT["gpu"], catalog.ROLLUP_TABLES["gpu"]
+        sc.store.execute(f"INSERT INTO {recent} SELECT * FROM {rollup} WHERE {after} LIMIT 1")
+    assert analyzers.recent_covers(sc.store, ms(600))
     watch = RawNodes(sc.store)
     analyzers.run_live(watch, sc.cfg, ms(600), rollups=sc.rollups, parts=sc.parts)
     assert watch.nodes == ([N2] if sc.rollups else [])

@@ -71,7 +71,7 @@ def test_raw_tables_and_rollups_shard_by_a_leading_order_by_column():
 
 
 def test_each_shards_rollup_views_read_and_fill_its_local_tables():
-    *views, recent = ddl.rollup_views("prod")
+    views, copies = ddl.rollup_views("prod")[:3], ddl.rollup_views("prod")[3:]
     for kind, view in zip(catalog.ROLLUP_TABLES, views, strict=True):
         rollup, raw = catalog.ROLLUP_TABLES[kind], catalog.RAW_TABLES[kind]
         assert view.startswith(
@@ -79,12 +79,13 @@ def test_each_shards_rollup_views_read_and_fill_its_local_tables():
         )
         assert f"\nFROM {raw}_local\n" in view
         assert ddl.SHARD_KEYS[rollup] == ddl.SHARD_KEYS[raw] == "cityHash64(node)"
-    copy, gpu = catalog.GPU_ROLLUP_RECENT, catalog.ROLLUP_TABLES["gpu"]
-    assert recent == (
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {copy}_mv_local ON CLUSTER prod TO {copy}_local AS\n"
-        f"SELECT * FROM {gpu}_local"
-    )
-    assert ddl.SHARD_KEYS[copy] == ddl.SHARD_KEYS[gpu]  # a shard's copy holds its own rollup's rows
+    for kind, view in zip(catalog.ROLLUP_TABLES, copies, strict=True):
+        copy, rollup = catalog.ROLLUP_RECENT[kind], catalog.ROLLUP_TABLES[kind]
+        assert view == (
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {copy}_mv_local ON CLUSTER prod TO {copy}_local AS\n"
+            f"SELECT * FROM {rollup}_local"
+        )
+        assert ddl.SHARD_KEYS[copy] == ddl.SHARD_KEYS[rollup]  # a shard's copy holds its own rollup's rows
 
 
 def test_single_server_ddl_is_unchanged_by_the_cluster_option():
@@ -123,22 +124,24 @@ def test_migrate_on_a_cluster_checks_the_version_then_creates_the_cluster_layout
     tables = ddl.cluster_ddl("prod", "goodput") + ddl.added_columns("prod")
     rollups = [
         f"{name}_local ON CLUSTER prod"
-        for name in (*catalog.ROLLUP_TABLES.values(), catalog.GPU_ROLLUP_RECENT)
+        for name in (*catalog.ROLLUP_TABLES.values(), *catalog.ROLLUP_RECENT.values())
     ]
     assert store.statements[: len(tables)] == tables
     rest = store.statements[len(tables) :]
-    assert rest[:4] == [f"TRUNCATE TABLE {r}" for r in rollups]  # a migration cut short starts over
-    assert rest[4:8] == ddl.rollup_views("prod")
-    assert rest[7].startswith(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {catalog.GPU_ROLLUP_RECENT}_mv_local")
-    assert [s.split(" SELECT")[0].split("\n")[0] for s in rest[8:11]] == [
+    assert rest[:6] == [f"TRUNCATE TABLE {r}" for r in rollups]  # a migration cut short starts over
+    assert rest[6:12] == ddl.rollup_views("prod")
+    assert rest[9].startswith(
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {catalog.ROLLUP_RECENT['gpu']}_mv_local"
+    )
+    assert [s.split(" SELECT")[0].split("\n")[0] for s in rest[12:15]] == [
         f"INSERT INTO {name} WITH toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm"
         if kind == "gpu"
         else f"INSERT INTO {name}"
         for kind, name in catalog.ROLLUP_TABLES.items()
     ]
-    assert [s.split("VALUES ")[1] for s in rest[11:]] == [f"({v}, '{d}')" for v, d in ddl.MIGRATIONS.items()]
+    assert [s.split("VALUES ")[1] for s in rest[15:]] == [f"({v}, '{d}')" for v, d in ddl.MIGRATIONS.items()]
     recorded = f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description)"
-    assert all(s.startswith(recorded) for s in rest[11:])
+    assert all(s.startswith(recorded) for s in rest[15:])
 
 
 class RecordingCluster(RecordingServer):
@@ -153,8 +156,12 @@ class RecordingCluster(RecordingServer):
     def query_arrow(self, sql: str, params=None) -> pa.Table:
         if sql.startswith("SELECT (SELECT toUnixTimestamp64Milli(max(ts)) FROM raw_job"):  # data_end
             return pa.table({"events": pa.array([0], pa.int64()), "sample": pa.array([1], pa.int64())})
-        if sql.startswith("SELECT (SELECT sum(rows) FROM gpu_rollup_10s "):  # analyzers.recent_holds
-            return pa.table({"rollup": pa.array([7], pa.uint64()), "recent": pa.array([7], pa.uint64())})
+        if sql.startswith(
+            "SELECT (SELECT count() FROM schema_migrations WHERE version = 4)"
+        ):  # recent_covers
+            return pa.table(
+                {"copied": pa.array([1], pa.uint64()), "now_ms": pa.array([3_600_000], pa.int64())}
+            )
         if re.fullmatch(r"SELECT count\(\) AS n FROM tmp_piece_windows_\w+", sql):  # analyzers.part_count
             return pa.table({"n": pa.array([5_000_000], pa.uint64())})  # 3 parts: their statements too
         if re.fullmatch(r"SELECT day_lo, day_hi FROM tmp_span_\w+", sql):
@@ -210,7 +217,7 @@ def test_a_live_run_on_a_cluster_replaces_only_its_windows_of_goodput_live():
     assert len(live) == 2 and all("window_start >= toDateTime(intDiv(3000000, 1000))" in s for s in live)
     assert any(s.startswith(f"INSERT INTO {catalog.GOODPUT_LIVE} (cluster,") for s in store.statements)
     run_gpu = next(s for s in store.statements if s.startswith("CREATE OR REPLACE TABLE tmp_run_gpu_"))
-    assert f"FROM {catalog.GPU_ROLLUP_RECENT} WHERE" in run_gpu  # the Distributed copy, held as the rollup
+    assert f"FROM {catalog.ROLLUP_RECENT['gpu']} WHERE" in run_gpu  # the Distributed copy, as the rollup
     assert not any(
         f"INTO {catalog.GOODPUT_WINDOWS} " in s or f"INTO {catalog.JOB_STATE} " in s for s in store.statements
     )
@@ -269,7 +276,7 @@ def test_chdb_accepts_the_local_and_distributed_tables(chdb_cluster):
             "ReplacingMergeTree",
             "AggregatingMergeTree",
         ), name
-    for name in (*catalog.ROLLUP_TABLES.values(), catalog.GPU_ROLLUP_RECENT):
+    for name in (*catalog.ROLLUP_TABLES.values(), *catalog.ROLLUP_RECENT.values()):
         assert engines[f"{name}_mv{ddl.LOCAL_SUFFIX}"] == "MaterializedView", name
 
 

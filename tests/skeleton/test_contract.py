@@ -216,6 +216,8 @@ def test_ddl_applies_twice_and_records_its_version(tmp_path):
             "storage_rollup_10s",
             "gpu_rollup_recent_10s",
             "gpu_rollup_recent_10s_mv",
+            "nic_rollup_recent_10s",
+            "storage_rollup_recent_10s_mv",
         } <= names
         assert store.query_arrow("SELECT count() AS n FROM schema_migrations").column("n")[0].as_py() == 4
 
