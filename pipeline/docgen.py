@@ -341,8 +341,8 @@ for a 4 h one; docs/performance.md "Live runs"). A live run reads the copies whe
 `pipeline.analyzers.run.recent_covers`), the rollups themselves otherwise: the same rows either way. A
 batch that a migration copies twice (inserted while it copies) shows in a copy as more rows than seconds,
 the duplicate check the analyzers already run, which reads that node's raw rows. Whole runs read the
-rollups. The copies cost an insert ~1.1-1.2x (bench/bench_ingest.py) and ~7 bytes per
-node-second's rows for 2 days. `migrate` creates them and copies the rollups' last 2 days into them
+rollups. The copies make an insert 1.1-1.5x as long (bench/bench_ingest.py) and store the
+rollups' bytes again for 2 days. `migrate` creates them and copies the rollups' last 2 days into them
 (`pipeline.ddl.backfill_recent`), recording version 4 when that is done; nothing existing changed.
 
 ## Tables
