@@ -383,7 +383,7 @@ def data_end(store: Store, cluster: str) -> int:
     GPU rollup's `last_ms` (a sample's own ts, kept per window at insert: 10x fewer rows than raw_gpu),
     and only from the store's newest day partitions (the newest window of any cluster, from the parts'
     min/max index, less a day), so the read is a day's rollup rows however many days the store keeps
-    (docs/performance.md: 0.7-1.1 s -> 0.05-0.11 s on 10,240 GPUs x 4 h). A cluster with no sample that
+    (docs/performance.md: 0.8-1.5 s -> 0.3-0.4 s on 10,240 GPUs x 4 h). A cluster with no sample that
     recent (its agents silent for a day while another cluster's write) is read over all its days."""
     rollup, params = catalog.ROLLUP_TABLES["gpu"], {"cluster": cluster}
     latest = f"SELECT max(last_ms) FROM {rollup} WHERE cluster = {{cluster:String}}"
