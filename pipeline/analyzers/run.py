@@ -333,10 +333,12 @@ reads the rollup once, for both step 3e's check and step 9; {nic_raw_windows} th
 
 
 def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
-    """{rollup_<kind>} (the rollup table) and what goodput.sql reads of `kind` from both sources, its
-    rollup and, for step 3e's nodes, the rollup's sums over their raw rows (ddl.rollup_select, per window
-    of W): {gpu_windows} in one shape of row from both, {nic_rollup_windows} and {nic_raw_windows} (per
-    node and window), and {raw_storage_windows} (the storage step adds its rollup rows itself)."""
+    """What goodput.sql reads of `kind` from both sources, its rollup (or in a live run its time-first
+    copy: {<kind>_rollup_read}) and, for step 3e's nodes, the rollup's sums over their raw rows
+    (ddl.rollup_select, per window of W): {gpu_windows} in one shape of row from both, {nic_rollup_windows}
+    and {nic_raw_windows} (per node and window), and {raw_storage_windows} (the storage step adds its
+    rollup rows itself); and {rollup_gpu}, the GPU rollup itself, which steps 3 and 3a read by job over
+    the jobs' whole allocations."""
     source = RAW_WINDOWS.format(
         offset=NODE_OFFSET_MS,
         raw=catalog.RAW_TABLES[kind],
@@ -349,8 +351,9 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
         "span": params["rollup_span"],
         **{k: params[k] for k in ("cluster", "rollups", "W")},
     }
-    out = {f"rollup_{kind}": catalog.ROLLUP_TABLES[kind]}
+    out: dict[str, str] = {}
     if kind == "gpu":
+        out["rollup_gpu"] = catalog.ROLLUP_TABLES[kind]
         out["gpu_windows"] = temp_names(GPU_WINDOWS.format(**common), run_id)
     elif kind == "nic":
         columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
