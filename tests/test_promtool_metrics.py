@@ -17,7 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.schema import KINDS
-from tests.agents.harness import FixtureNode, free_port
+from tests.agents.harness import FixtureNode
+from tests.fixtures.ports import free_port
 from tests.loader.helpers import LoaderProcess, metric_sum, scrape
 
 pytestmark = pytest.mark.kafka

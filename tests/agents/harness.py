@@ -25,6 +25,7 @@ import orjson
 
 from contracts.schema import KINDS, topic_for
 from tests.collectors.trees import write_typical_node
+from tests.fixtures.ports import free_port
 from tests.messages import envelope_dict
 from transport.kafka import KafkaConsumerTransport, ensure_topics
 
@@ -43,12 +44,6 @@ def agent_pythonpath() -> str:
 def toml_table(keys: Mapping[str, object]) -> str:
     """`key = value` lines of a TOML table (strings, numbers and booleans: their JSON form is TOML)."""
     return "\n".join(f"{k} = {json.dumps(v)}" for k, v in keys.items())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class FixtureNode:
@@ -107,7 +102,7 @@ topic_prefix = "{self.prefix}"
 node = "{NODE}"
 state_dir = "{self.state_dir}"
 metrics_address = "127.0.0.1:{self.metrics_port}"
-step_address = "127.0.0.1:{free_port()}"
+step_address = "127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
 collectors = ["nvml", "rdma", "diskstats", "psi", "nfs", "lustre", "steps"]
 sys_root = "{root / "node" / "sys"}"
 proc_root = "{root / "node" / "proc"}"

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from contracts.config import NODE_SOURCES
-from tests.agents.harness import FixtureNode, free_port
+from tests.agents.harness import FixtureNode
+from tests.fixtures.ports import free_port
 
 NOBODY = 65534
 DROP_PRIVILEGES = (

@@ -20,8 +20,8 @@ from alerts.rules import JOBS
 from contracts import config as config_mod
 from pipeline.goodput_exporter import ExporterEndpoint, GoodputExporter
 from tests.alerts.conftest import CHECKPOINTING, STALLED
+from tests.fixtures.ports import free_ports
 from tests.fixtures.prometheus import AlertmanagerServer, PrometheusServer
-from tests.fixtures.server_process import free_ports
 
 DEADLINE_S = 90.0
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from alerts import alertmanager
+from tests.fixtures.ports import free_ports
 from tests.fixtures.prometheus import AlertmanagerServer
-from tests.fixtures.server_process import free_ports
 
 # (case, source alert labels, target alert labels, suppressed?)
 CASES = [

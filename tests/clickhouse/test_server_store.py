@@ -20,6 +20,7 @@ from pipeline.server_store import ServerStore
 from pipeline.store import StoreError
 from pipeline.stores import open_store
 from tests.fixtures.clickhouse import PASSWORD, PASSWORD_ENV
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.clickhouse_server
 
@@ -295,11 +296,7 @@ def test_a_column_the_table_lacks_is_refused_naming_it(store):
 
 
 def test_a_wrong_http_port_fails_after_the_retries_naming_it(clickhouse_server):
-    import socket
-
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens there
     with ServerStore(clickhouse_server.store_config(http_port=port, retries=1)) as s:
         name = _table(s, "n UInt32", "n")  # queries still work: they use the native port
         with pytest.raises(StoreError) as e:
@@ -340,11 +337,7 @@ def test_refuses_the_full_schema_on_18_16_naming_both_versions(store):
 
 
 def test_unreachable_server_fails_after_the_configured_retries(clickhouse_server):
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens there
     cfg = clickhouse_server.store_config(port=port, retries=2, connect_timeout_s=1)
     with pytest.raises(StoreError) as e:
         ServerStore(cfg)

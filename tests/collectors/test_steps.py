@@ -7,6 +7,7 @@ import pytest
 from collectors.base import CollectorError
 from collectors.steps import StepReceiver, StepReporter, parse_addr
 from tests.collectors.conftest import assert_valid
+from tests.fixtures.ports import free_port
 
 
 class Clock:
@@ -17,16 +18,8 @@ class Clock:
         return self.t
 
 
-def free_udp_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_reporter_without_listener_never_blocks_or_raises():
-    rep = StepReporter("j1", 0, addr=("127.0.0.1", free_udp_port()))
+    rep = StepReporter("j1", 0, addr=("127.0.0.1", free_port(socket.SOCK_DGRAM)))
     start = time.perf_counter()
     for step in range(2000):
         with rep.step(step):

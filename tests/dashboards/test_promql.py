@@ -35,8 +35,8 @@ from pipeline.goodput_exporter import ExporterEndpoint, GoodputExporter
 from tests.agents.harness import NODE, FixtureNode
 from tests.alerts.conftest import STRAGGLER_NODE, fill
 from tests.dashboards.grafana import replace_variables
+from tests.fixtures.ports import free_ports
 from tests.fixtures.prometheus import PrometheusServer
-from tests.fixtures.server_process import free_ports
 from tests.loader.corpus import message
 from tests.loader.helpers import LoaderProcess, Producer, metric_sum, scrape
 

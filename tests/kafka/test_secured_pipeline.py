@@ -19,8 +19,9 @@ import pytest
 
 from contracts.schema import topic_for
 from pipeline.stores import open_store
-from tests.agents.harness import NODE, NODE_KINDS, FixtureNode, free_port
+from tests.agents.harness import NODE, NODE_KINDS, FixtureNode
 from tests.fixtures.kafka_secured import USERS, SecuredKafkaBroker
+from tests.fixtures.ports import free_port
 from tests.loader.helpers import LoaderProcess, metric_sum, scrape
 from transport.base import TransportError
 from transport.kafka import KafkaConsumerTransport, KafkaProducerTransport, KafkaSettings, ensure_topics

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ from contracts import config as config_mod
 from contracts.envelope import encode_batch, message_line
 from contracts.schema import KINDS, topic_for
 from pipeline.loader_service import LoaderService
+from tests.fixtures.ports import free_ports
 from transport.kafka import KafkaProducerTransport, KafkaSettings, ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,12 +29,6 @@ CLUSTER = "loadtest"
 NODES = tuple(f"gpu-{i:03d}" for i in range(1, 17))
 SCHEDULER = "sched-01"
 MAX_BATCH_ROWS = 500
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _toml_lines(table: dict) -> str:
@@ -86,7 +80,7 @@ path = "{store}"
 
 def two_loader_configs(tmp_path: Path, bootstrap: str, prefix: str, **loader) -> tuple[list[Path], list[int]]:
     """Configs for two loaders of one consumer group (their own stores and metrics ports), and the ports."""
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)
     configs = [
         write_config(
             tmp_path / f"loader{i}.toml",

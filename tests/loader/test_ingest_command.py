@@ -9,12 +9,12 @@ import time
 import pytest
 
 from pipeline.chdb_store import ChdbStore
+from tests.fixtures.ports import free_port
 from tests.loader.helpers import (
     GOODPUT,
     ROOT,
     LoaderProcess,
     Producer,
-    free_port,
     good_stream,
     new_topics,
     write_config,

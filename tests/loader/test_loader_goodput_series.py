@@ -11,11 +11,11 @@ import urllib.request
 import pytest
 
 from pipeline.chdb_store import ChdbStore
+from tests.fixtures.ports import free_port
 from tests.loader.helpers import (
     LoaderProcess,
     Producer,
     Scrape,
-    free_port,
     good_stream,
     ingest_old_day_in_parts,
     metric_sum,

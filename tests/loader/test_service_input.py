@@ -13,13 +13,13 @@ import pytest
 from contracts import catalog
 from pipeline import ddl
 from pipeline.chdb_store import ChdbStore
+from tests.fixtures.ports import free_port
 from tests.loader.corpus import CASES, message
 from tests.loader.helpers import (
     NODES,
     Producer,
     ServiceThread,
     batch,
-    free_port,
     good_stream,
     ledger_keys,
     metric_sum,

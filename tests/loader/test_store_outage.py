@@ -11,10 +11,10 @@ import pytest
 from pipeline import ddl
 from pipeline.chdb_store import ChdbStore
 from pipeline.store import StoreError
+from tests.fixtures.ports import free_port
 from tests.loader.helpers import (
     Producer,
     ServiceThread,
-    free_port,
     good_stream,
     ledger_keys,
     metric_sum,

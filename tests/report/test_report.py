@@ -33,6 +33,7 @@ from pipeline.report.build import build
 from pipeline.report.i18n import LABELS
 from pipeline.report.write import REPORT_VERSION, slug, write
 from pipeline.summary import display_width, format_team_table
+from tests.fixtures.ports import free_port
 
 TZ = "Asia/Shanghai"
 NAME = "<script>alert(\"x\")</script> {q} '语音'"
@@ -501,7 +502,6 @@ class _Inbox:
 def test_send_mails_cid_images_and_posts_markdown(report, demo):
     import email
     import email.policy
-    import socket
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -524,9 +524,7 @@ def test_send_mails_cid_images_and_posts_markdown(report, demo):
     http = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=http.serve_forever, daemon=True).start()
     inbox = _Inbox()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     smtp = Controller(inbox, hostname="127.0.0.1", port=port)
     smtp.start()
     try:
