@@ -197,6 +197,7 @@ def _params(cfg: Config, start_ms: int, end_ms: int, as_of_ms: int = 0, live: bo
         "W": str(w),
         "live": "1" if live else "0",
         "live_from": str(start) if live else "0",
+        "temp_engine": LIVE_TEMP_ENGINE if live else TEMP_ENGINE,
         "windows_table": LIVE_OUTPUT if live else catalog.GOODPUT_WINDOWS,
         "healthy_quantile": repr(float(a.healthy_quantile)),
         "healthy_cutoff": repr(float(a.healthy_cutoff)),
@@ -438,8 +439,16 @@ a run's peak memory. On the bench day they take less than half the bytes (1.33 -
 fullest) for 4-5 % more CPU time, which the fewer parts this allows (`ROWS_PER_PART`) win back
 (docs/performance.md)."""
 
-_FIXED = {"part": "{part}", "parts": "{parts}", "temp_engine": TEMP_ENGINE}
-_CREATE = re.compile(rf"CREATE OR REPLACE TABLE (\w+) ENGINE = {re.escape(TEMP_ENGINE)} AS\s")
+LIVE_TEMP_ENGINE = "Memory"
+"""A live run's temp tables ({temp_engine} when {live} = 1): uncompressed, as they hold the span's rows only
+(10 minutes of 10,240 GPUs: 614,400 (job, GPU, window) rows, 30-90 MB more at the peak, 0.85 GB in all)
+and compressing and reading back every block is CPU the run waits on: 8-9 % of a live run
+(docs/performance.md "Live runs: uncompressed temp tables")."""
+
+_FIXED = {"part": "{part}", "parts": "{parts}"}
+_CREATE = re.compile(
+    rf"CREATE OR REPLACE TABLE (\w+) ENGINE = (?:{re.escape(TEMP_ENGINE)}|{re.escape(LIVE_TEMP_ENGINE)}) AS\s"
+)
 
 
 def statements(name: str, params: dict) -> list[str]:
@@ -646,6 +655,7 @@ def _run(
     params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
     params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
     recent = live and params["rollups"] == "1" and recent_covers(store, int(params["live_from"]))
+    params["recent"] = "1" if recent else "0"
     for kind in catalog.ROLLUP_TABLES:  # {<kind>_rollup_read}: where the run reads the span's rollup rows
         params[f"{kind}_rollup_read"] = (catalog.ROLLUP_RECENT if recent else catalog.ROLLUP_TABLES)[kind]
         params.update(rollup_params(kind, params, run_id))

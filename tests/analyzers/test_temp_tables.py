@@ -138,6 +138,17 @@ def test_every_temp_table_is_kept_in_memory_compressed(sc):
     assert {t: e for t, e in engines.seen.items() if e != "Memory SETTINGS compress = 1"} == {}
 
 
+def test_a_live_runs_temp_tables_are_kept_uncompressed(sc):
+    """A live run's tables hold minutes of rows: compressing every block would cost it 8-9 % of its time."""
+    small_job(sc)
+    analyzers.run(sc.store, sc.cfg, ms(0), ms(300))
+    engines = Engines(sc.store)
+    analyzers.run_live(engines, sc.cfg, ms(120))  # its last 80 s
+    assert {"tmp_run_gpu", "tmp_loss", "tmp_run_split", "tmp_piece_windows"} <= set(engines.seen)
+    assert {t: e for t, e in engines.seen.items() if e != "Memory"} == {}
+    assert sc.store.query_arrow("SELECT count() AS n FROM goodput_live").column("n")[0].as_py() > 0
+
+
 def test_a_statement_in_parts_inserts_every_part_after_the_first_into_its_table():
     table = f"CREATE OR REPLACE TABLE tmp_x ENGINE = {analyzers.TEMP_ENGINE} AS"
     create = f"{table} SELECT 1 FROM t WHERE nn % {{parts}} = {{part}}"
