@@ -196,6 +196,7 @@ class Spool:
         self._ack_fd: int | None = None
         self._ack_size = _ACK_SIZE
         self._full = 0  # batches refused since the disk became full (0: it is not)
+        self._freed = False  # a segment deleted since the last refusal: room really came back
         self.dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -281,7 +282,8 @@ class Spool:
         written is cut off again (so the segment stays readable), and the spool carries on; the
         sender deleting delivered segments makes room. Why not raise: a full disk must not stop the
         agent, and a crash loop would lose more than the batches the disk cannot hold. The first
-        refusal is logged, and the first success after it, with the count in between."""
+        refusal is logged, and the first success after a segment was deleted (room that came back),
+        with the count in between; a small batch stored in what a refused one had taken is not."""
         rec = encode_record(topic, key, value)
         if len(HEADER) + len(rec) > self.max_bytes:
             raise ValueError(
@@ -302,7 +304,7 @@ class Spool:
                     raise
                 self._refused(e)
                 return False
-            if self._full:
+            if self._full and self._freed:
                 log.info(
                     "spool: %s has room again; %d batches were dropped while it was full",
                     self.dir,
@@ -319,6 +321,10 @@ class Spool:
         # it is open: close it, so that once the sender has delivered it, it goes too. The next append
         # recomputes the segment's limit for the full disk (`_active`): a segment opened on a disk
         # with more room is not written further, a new, small one is started.
+        # "Room again" waits for a segment to go: the pages the refused batch had taken are free now, and
+        # a smaller batch (another kind's) may fit in them, only for the next large one to be refused:
+        # that is still a full disk, not one to announce as recovered and then as full again.
+        self._freed = False
         self._close_fd()
         self._delete_finished()
         self._dropped += 1
@@ -392,6 +398,7 @@ class Spool:
                 seg.path.name,
             )
         seg.path.unlink(missing_ok=True)
+        self._freed = True
 
     def sync(self) -> None:
         """Forces what was appended to disk now, whatever the fsync policy."""
@@ -497,6 +504,7 @@ class Spool:
                 break
             self._segments.pop(0)
             seg.path.unlink(missing_ok=True)
+            self._freed = True
 
     def _write_ack(self) -> None:
         """Rewrites the ack file in place: one pwrite of a fixed-size block (JSON padded with spaces,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -303,3 +304,26 @@ def test_a_full_disk_has_room_again_once_all_but_the_newest_batches_are_delivere
         assert sp.stats.batches == 6
         assert sp.append(*next(recs)), "the disk has room again: the delivered batches' space came back"
         assert sp.stats.dropped == 1
+
+
+def test_a_small_batch_fitting_where_a_refused_one_was_is_no_recovery_to_announce(small_disk, caplog):
+    """A refused batch's pages are freed again; a smaller batch of another kind may fit in them, and the
+    next large one is refused. The disk is still full: it is logged full once, and room again only once a
+    delivered segment is deleted (CI saw "full", "room again", "full" within 40 ms)."""
+    caplog.set_level(logging.INFO, logger="agents.spool")
+    big, small = iter(_records(1_000, size=9_000)), iter(_records(1_000, size=600))
+    with Spool(small_disk, max_bytes=256 << 20, segment_bytes=4 << 20) as sp:
+        while sp.append(*next(big)):
+            pass
+        stored_small = 0
+        for _ in range(3):  # a small batch fits where the big one was cut off; the next big one does not
+            stored_small += sp.append(*next(small))
+            assert not sp.append(*next(big))
+        assert stored_small >= 1, "precondition: a small batch fits in the refused batch's pages"
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum("is full" in m for m in messages) == 1
+        assert not any("room again" in m for m in messages)
+        sp.ack(list(sp.replay())[-1])  # all delivered: the segments go
+        assert sp.append(*next(big))
+        room = [m for m in (r.getMessage() for r in caplog.records) if "room again" in m]
+        assert len(room) == 1 and f"{sp.stats.dropped} batches were dropped" in room[0]
