@@ -220,14 +220,21 @@ def _samples_sql(cluster: str, nodes: list[str], jobs: list[dict], t0_s: int, se
     ]
 
 
-_SAMPLE_TABLES = ", ".join(f"'{t}'" for t in [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values()])
+_SAMPLE_TABLES = ", ".join(
+    f"'{t}'"
+    for t in [*catalog.RAW_TABLES.values(), *catalog.ROLLUP_TABLES.values(), *catalog.ROLLUP_RECENT.values()]
+)
 ACTIVE_PARTS = (
     f"SELECT (SELECT count() FROM system.merges WHERE table IN ({_SAMPLE_TABLES})) AS merging, "
     "(SELECT count() FROM system.parts WHERE active AND database = currentDatabase() "
     f"AND table IN ({_SAMPLE_TABLES})) AS parts"
 )
-"""Whether the samples' tables (raw and rollup) are merging, and their active parts: the store is settled
-when neither changes (an analysis writes its own output tables, which may merge meanwhile)."""
+"""Whether the samples' tables (raw, rollups and the rollups' time-first copies) are merging, and their
+active parts: the store is settled when neither changes (an analysis writes its own output tables, which
+may merge meanwhile). The copies count as much as the rest: a store given its copies by `migrate` left a
+merge of the GPU copy's 9 parts (~14 s) that every measuring process started and abandoned at its exit,
+and the live runs measured beside it took 3.3-4.5 s and 6.4-7.9 CPU-s against 2.6-3.1 s and 3.6-4.4
+settled (docs/performance.md)."""
 
 
 def settle_merges(store: ChdbStore, quiet_s: float = 2.0, poll_s: float = 0.5) -> int:
@@ -320,8 +327,11 @@ def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False)
         shutil.rmtree(parquet_dir(path), ignore_errors=True)  # the polars baseline's copy of the old rows
         print(f"building {path} ...", file=sys.stderr, flush=True)
         return build(path, gpus, hours)
-    with ChdbStore(path) as store:  # a store cached under an older schema gets what is new since
+    with ChdbStore(path) as store:  # a store cached under an older schema gets what is new since,
         ddl.migrate(store)
+        took = time.perf_counter()
+        parts = settle_merges(store)  # and its merges end before any run
+        print(f"  merges settled in {time.perf_counter() - took:.1f} s, {parts} parts", file=sys.stderr)
     return json.loads((path / MARKER).read_text())
 
 

@@ -81,3 +81,30 @@ def test_a_gang_meeting_three_jobs_in_a_chunk_is_refused():
     jobs = [{"nodes": nodes, "start": s, "end": s + 600} for s in (0, 1000, 2000)]
     with pytest.raises(ValueError, match="3 jobs run in one 3600 s chunk"):
         bench._samples_sql("c", nodes, jobs, 0, 3600)
+
+
+def test_the_settled_store_counts_the_rollups_time_first_copies(bench_day):
+    """A measurement is flagged when the samples' tables merge during it, and the build waits for their
+    merges: the time-first copies too, whose merge a short-lived process would otherwise start and
+    abandon in every run (it cost the live runs ~1 s and half their CPU). The day is within the copies' 2
+    days, so they hold parts; each is counted."""
+    bench, _, store = bench_day
+    copies = ", ".join(f"'{t}'" for t in bench.catalog.ROLLUP_RECENT.values())
+    in_copies = (
+        store.query_arrow(
+            "SELECT count() AS n FROM system.parts WHERE active AND database = currentDatabase() "
+            f"AND table IN ({copies})"
+        )
+        .column("n")[0]
+        .as_py()
+    )
+    assert in_copies >= 3
+    every = (
+        store.query_arrow(
+            "SELECT count() AS n FROM system.parts WHERE active AND database = currentDatabase() "
+            "AND (table LIKE 'raw\\_%' OR table LIKE '%rollup%')"
+        )
+        .column("n")[0]
+        .as_py()
+    )
+    assert bench.settle_merges(store, quiet_s=0.5, poll_s=0.1) == every
