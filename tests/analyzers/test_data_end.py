@@ -1,9 +1,12 @@
 """The end of the data (pipeline/analyzers/run.py data_end), which every run starts from: a cluster's
-latest job event or GPU sample, read from the GPU rollup's newest day, and over all its days where the
-cluster has no sample there. It must equal the raw rows' own latest."""
+latest job event or GPU sample, read from the GPU rollup's time-first copy where that holds it, else from
+the rollup's newest day, and over all its days where the cluster has no sample there. It must equal the
+raw rows' own latest."""
 
 import msgspec
 
+from contracts import catalog
+from pipeline import ddl
 from pipeline.analyzers import run as analyzers
 from tests.analyzers.scenario import Scenario, ms
 
@@ -62,3 +65,42 @@ def test_samples_within_the_newest_day_are_found_there(sc):
     other.gpu(N1, [0], 0, 60)
     other.load()
     assert analyzers.data_end(sc.store, sc.cfg.cluster.name) == ms(-DAY + 3720)
+
+
+def test_a_copy_not_filled_by_the_migration_is_not_read(sc):
+    """Before `migrate` copies the rollups' last days (version 4), the copy holds only what its view took
+    since it exists: here an older backlog, stored after the newest rows, which the copy alone would
+    give as the end."""
+    sc.gpu(N1, [0], 0, 300)
+    sc.load()
+    sc.store.execute(f"DELETE FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4")
+    try:
+        sc.store.execute(f"TRUNCATE TABLE {catalog.ROLLUP_RECENT['gpu']}")
+        sc.gpu(N1, [1], -3600, -3000)
+        sc.load()
+        assert (
+            analyzers.data_end(sc.store, sc.cfg.cluster.name) == ms(300) == raw_end(sc, sc.cfg.cluster.name)
+        )
+    finally:
+        ddl.migrate(sc.store)  # version 4 again, for the tests after this one on the same store
+
+
+def test_a_day_the_copy_no_longer_keeps_is_not_read(sc, monkeypatch):
+    """The copy drops a day part once all its rows are older than the days it keeps, in its own time: an
+    older day may linger after a newer one went. Its answer then lies beyond the days kept, and the
+    rollup answers instead. (The copy keeping 12 h here: the older day, 24 h before, lingers.)"""
+    sc.gpu(N1, [0], -DAY, -DAY + 120)
+    sc.gpu(N1, [0], 0, 300)
+    sc.load()
+    recent = catalog.ROLLUP_RECENT["gpu"]
+    newest = (
+        sc.store.query_arrow(
+            "SELECT DISTINCT partition FROM system.parts WHERE active AND database = currentDatabase() "
+            f"AND table = '{recent}' ORDER BY partition DESC LIMIT 1"
+        )
+        .column(0)[0]
+        .as_py()
+    )
+    sc.store.execute(f"ALTER TABLE {recent} DROP PARTITION '{newest}'")
+    monkeypatch.setattr(ddl, "RECENT_TTL_DAYS", 0.5)
+    assert analyzers.data_end(sc.store, sc.cfg.cluster.name) == ms(300) == raw_end(sc, sc.cfg.cluster.name)
