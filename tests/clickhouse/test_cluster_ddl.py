@@ -155,7 +155,14 @@ class RecordingCluster(RecordingServer):
 
     def query_arrow(self, sql: str, params=None) -> pa.Table:
         if sql.startswith("SELECT (SELECT toUnixTimestamp64Milli(max(ts)) FROM raw_job"):  # data_end
-            return pa.table({"events": pa.array([0], pa.int64()), "sample": pa.array([1], pa.int64())})
+            return pa.table(
+                {
+                    "events": pa.array([0], pa.int64()),
+                    "copied": pa.array([1], pa.uint64()),
+                    "copy": pa.array([1], pa.int64()),
+                    "now_ms": pa.array([3_600_000], pa.int64()),
+                }
+            )
         if sql.startswith(
             "SELECT (SELECT count() FROM schema_migrations WHERE version = 4)"
         ):  # recent_covers
