@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, TypeVar
@@ -47,6 +48,12 @@ class ChdbStore:
 
     LOCK_NAME = "goodput.lock"
 
+    concurrent_statements = 2
+    """How many statements a caller may run at once from as many threads (the analyzers' live runs do,
+    pipeline/analyzers/run.py `_execute`): each thread's statement goes through a session of its own
+    (`_checkout`), as one session runs its statements one at a time. The sessions are connections to the
+    one engine of this process: the same tables, each one's work on its own threads."""
+
     def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
         """`create`: make the store if it does not exist (loading); else an absent store is an error
         (commands that only read or reanalyse: nothing to read there)."""
@@ -64,6 +71,7 @@ class ChdbStore:
         try:
             self._lock_file = self._lock()
             self._session: session.Session | None = self._connect(session)
+            self._start_pool()
         except BaseException:
             _remove_new(self.path, made, before)
             raise
@@ -108,7 +116,7 @@ class ChdbStore:
     def _connect(self, session):
         """chDB's session; when the engine refuses the directory, a StoreError carrying the engine's own
         first line (it names the file it could not open), so the command's error stays one line."""
-        started, error, said = _engine_start(lambda: session.Session(str(self.path)))
+        started, error, said = _engine_start(lambda: session.Session(self.connection))
         if error is None:
             sys.stderr.write(said)  # nothing held back when it started
             return started
@@ -136,17 +144,48 @@ class ChdbStore:
         self._run(f"INSERT INTO {table} ({cols}){settings} SELECT {cols} FROM Python(data)", "CSV")
 
     def _run(self, sql: str, fmt: str, params: Params | None = None):
-        if self._session is None:
-            raise StoreError(f"chDB store {self.path} is closed [{first_line(sql)}]")
+        session = self._checkout(sql)
         try:
-            return self._session.query(sql, fmt, params=_param_texts(params) if params else None)
+            return session.query(sql, fmt, params=_param_texts(params) if params else None)
         except Exception as e:  # chDB raises plain RuntimeError for every engine error
             raise StoreError(f"chDB statement failed [{first_line(sql)}]: {e}") from None
+        finally:
+            with self._pool_lock:
+                self._idle.append(session)
+
+    @property
+    def connection(self) -> str:
+        """What chDB opens: the store's directory (a subclass may add the engine's options)."""
+        return str(self.path)
+
+    def _start_pool(self) -> None:
+        """The store's own session is the first of its pool; `_checkout` adds others as threads need."""
+        self._extra: list = []  # the connections `_checkout` added
+        self._idle = [self._session]
+        self._pool_lock = threading.Lock()
+
+    def _checkout(self, sql: str):
+        """An idle session for one statement: the store's own, or (a statement already running on every
+        session, from another thread) one more connection to the same engine, kept for the next."""
+        with self._pool_lock:
+            if self._session is None:
+                raise StoreError(f"chDB store {self.path} is closed [{first_line(sql)}]")
+            if self._idle:
+                return self._idle.pop()
+            from chdb import session
+
+            extra = session.Session(self.connection)
+            self._extra.append(extra)
+            return extra
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        with self._pool_lock:
+            for extra in self._extra:
+                extra.close()
+            self._extra, self._idle = [], []
+            if self._session is not None:
+                self._session.close()
+                self._session = None
         self._release_lock()
 
     def _release_lock(self) -> None:

@@ -29,6 +29,7 @@ import pyarrow as pa
 from contracts import catalog
 from contracts.config import AnalyzerConfig, Config
 from pipeline import ddl
+from pipeline.analyzers.schedule import Statement, run_statements
 from pipeline.progress import Progress
 from pipeline.store import Store, first_line, quote
 
@@ -573,24 +574,35 @@ def _execute(
     named_later: set[str],
     run_id: str,
     parts: Callable[[], int],
+    workers: int = 1,
 ) -> None:
     """Runs `sqls`, each naming {part} once per part of `parts()` (`in_parts`), and drops each temp table
     after the last statement of the run naming it (`named_later`: those the run names after `sqls`). The
     widest hold a row per (job, GPU, window), about 0.5 GB each on the bench day (docs/performance.md), and
-    the run's peak memory is the sum of those alive at once, plus the working set of one statement."""
+    the run's peak memory is the sum of those alive at once, plus the working set of one statement.
+    `workers` > 1 runs statements that share no table written by either at once (schedule.py)."""
     if progress:
         progress.grow(len(sqls))
     reads = [temp_reads(sql, run_id) for sql in sqls]
     after = [set(named_later)]
     for names in reversed(reads[1:]):
         after.insert(0, after[0] | names)
+    todo: list[Statement] = []
     for sql, names, still_named in zip(sqls, reads, after, strict=True):
-        for one in in_parts(sql, parts()) if "{part}" in sql else [sql]:
-            store.execute(one)
-        for table in sorted(names - still_named):
-            store.execute(f"DROP TABLE IF EXISTS {table}")
-        if progress:
-            progress.step(f"{name}: {step_name(sql)}")
+        todo.append(Statement(sql, label=f"{name}: {step_name(sql)}"))
+        todo += [Statement(f"DROP TABLE IF EXISTS {table}") for table in sorted(names - still_named)]
+
+    def expand(s: Statement) -> list[Statement]:
+        if "{part}" not in s.sql:
+            return [s]
+        *first, last = in_parts(s.sql, parts())
+        return [*(Statement(one) for one in first), Statement(last, label=s.label)]
+
+    def ran(s: Statement) -> None:
+        if progress and s.label:
+            progress.step(s.label)
+
+    run_statements(todo, store.execute, workers, expand, ran)
 
 
 def run(
@@ -690,6 +702,9 @@ def _run(
             later["goodput.sql"],
             run_id,
             count_parts,
+            # a live run's statements are small and mostly planned on one thread: two at once where they
+            # may; a whole run's are wide, each on every core, and two at once would add their memory
+            getattr(store, "concurrent_statements", 1) if live else 1,
         )
         timings["goodput.sql"] = time.perf_counter() - t
         t = time.perf_counter()

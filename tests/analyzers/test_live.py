@@ -4,6 +4,7 @@ where those numbers hold, and a job no whole run has seen is classified from its
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -214,3 +215,45 @@ def test_goodput_analyze_live_after_an_ingest_carries_the_whole_runs_numbers(tmp
     )
     got = subprocess.run([sys.executable, "-c", read, store], capture_output=True, text=True, timeout=120)
     assert float(got.stdout) == pytest.approx(300 * 2 * 0.5, rel=0.01), got.stderr
+
+
+class Recording:
+    """A store that notes how many statements run at once at most (the live run's own threads). Until it
+    has seen two at once, a temp table's statement waits for company (2 s at most), so that the count
+    does not hang on how fast a thread starts."""
+
+    def __init__(self, store, workers: int):
+        self.store, self.concurrent_statements = store, workers
+        self.running, self.most, self.lock = 0, 0, threading.Condition()
+
+    def execute(self, sql, params=None):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.lock.notify_all()
+            if self.concurrent_statements > 1 and sql.startswith("CREATE OR REPLACE TABLE tmp_"):
+                self.lock.wait_for(lambda: self.most > 1, timeout=2)
+        try:
+            self.store.execute(sql, params)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_statements_two_at_a_time_give_the_rows_of_one_at_a_time(sc):
+    """A live run runs its statements two at once where no table orders them (schedule.py): the same
+    rows as one after the other, here with two jobs, a stall, a clock offset and a job no whole run saw."""
+    stalled_job(sc)
+    new_job(sc, 1000)
+    sc.load()
+    sc.analyze(0, 950)  # k unseen: its b* comes from the live minutes
+    got = {}
+    for workers in (1, 2):
+        store = Recording(sc.store, workers)
+        analyzers.run_live(store, sc.cfg, ms(STALL_FROM), rollups=sc.rollups, parts=sc.parts)
+        assert store.most == workers
+        got[workers] = rows(sc, catalog.GOODPUT_LIVE, 0)
+    assert got[2] == got[1] and {r[0] for r in got[1]} == {"j", "k"}

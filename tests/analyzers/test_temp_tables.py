@@ -110,7 +110,10 @@ def test_a_run_drops_each_temp_table_after_the_last_statement_naming_it(sc):
 
 
 class Engines:
-    """A store that notes the engine of every temp table alive after each statement."""
+    """A store that notes the engine of every temp table alive after each statement. One statement at a
+    time: a table another thread is still making shows in system.tables without its engine."""
+
+    concurrent_statements = 1
 
     def __init__(self, store):
         self.store, self.seen = store, {}

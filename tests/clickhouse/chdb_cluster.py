@@ -96,9 +96,14 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
         database = "default"
 
         def __init__(self, path: Path, config_file: Path) -> None:
-            self.path = path
+            self.path, self.config_file = path, config_file
             self._lock_file = open(path / self.LOCK_NAME, "a+")
-            self._session = session.Session(f"{path}?config-file={config_file}")
+            self._session = session.Session(self.connection)
+            self._start_pool()
+
+        @property
+        def connection(self) -> str:
+            return f"{self.path}?config-file={self.config_file}"
 
         def _run(self, sql: str, fmt: str, params=None):
             return super()._run(without_keeper(sql), fmt, params)
