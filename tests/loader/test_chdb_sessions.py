@@ -13,7 +13,7 @@ import pytest
 from pipeline.chdb_store import ChdbStore
 from pipeline.store import StoreError
 
-SLOW = "INSERT INTO t SELECT sleepEachRow(1) + 1 FROM numbers(1)"  # a second in the engine
+SLOW = "INSERT INTO t SELECT sleepEachRow(1) + 1 FROM numbers(3)"  # 3 s in the engine
 
 
 def slow_insert_running(store: ChdbStore) -> threading.Thread:
@@ -38,7 +38,7 @@ def test_a_second_threads_statement_does_not_wait_for_the_first(tmp_path):
         assert store.query_arrow("SELECT count() AS n FROM t").column("n")[0].as_py() == 0  # not ended yet
         assert thread.is_alive()
         thread.join()
-        assert store.query_arrow("SELECT count() AS n FROM t").column("n")[0].as_py() == 1
+        assert store.query_arrow("SELECT count() AS n FROM t").column("n")[0].as_py() == 3
         assert len(store._extra) == 1  # one more connection, to the same tables
 
 
