@@ -380,6 +380,20 @@ def temp_names(sql: str, run_id: str) -> str:
     return _TEMP.sub(lambda m: f"{m[1]}_{run_id}", sql) if run_id else sql
 
 
+_COPIED = (
+    f"(SELECT count() FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4) AS copied, "
+    "toInt64(toUnixTimestamp(now())) * 1000 AS now_ms"
+)
+"""What `_copies_hold` needs to know, as columns of a read: whether `migrate` copied the rollups' last days
+into their time-first copies (version 4 recorded), and the store's clock."""
+
+
+def _copies_hold(row: dict, from_ms: int) -> bool:
+    """Whether the time-first copies hold every rollup row from `from_ms` on, given `_COPIED`'s columns:
+    copied, and `from_ms` within the ddl.RECENT_TTL_DAYS they keep."""
+    return row["copied"] > 0 and from_ms >= row["now_ms"] - ddl.RECENT_TTL_DAYS * 86_400_000
+
+
 def data_end(store: Store, cluster: str) -> int:
     """The end of the data of `cluster`, epoch ms: its latest job event or GPU sample (0 when none). Jobs
     still open are classified up to here, whatever range is asked for.
@@ -401,13 +415,10 @@ def data_end(store: Store, cluster: str) -> int:
     row = store.query_arrow(
         f"SELECT (SELECT toUnixTimestamp64Milli(max(ts)) FROM {catalog.RAW_TABLES['job']} "
         f"WHERE cluster = {{cluster:String}}) AS events, "
-        f"(SELECT count() FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4) AS copied, "
-        f"(SELECT max(last_ms) FROM {recent} {mine} AND window_start = ({newest})) "
-        "AS copy, toInt64(toUnixTimestamp(now())) * 1000 AS now_ms",
+        f"(SELECT max(last_ms) FROM {recent} {mine} AND window_start = ({newest})) AS copy, {_COPIED}",
         params,
     ).to_pylist()[0]
-    horizon_ms = row["now_ms"] - ddl.RECENT_TTL_DAYS * 86_400_000
-    if row["copied"] and row["copy"] and row["copy"] >= horizon_ms:
+    if row["copy"] and _copies_hold(row, row["copy"]):
         return max(int(row["events"] or 0), int(row["copy"]))
     latest = f"SELECT max(last_ms) FROM {rollup} WHERE cluster = {{cluster:String}}"
     recent_day = f" AND window_start >= (SELECT max(window_start) FROM {rollup}) - INTERVAL 1 DAY"
@@ -428,12 +439,7 @@ def recent_covers(store: Store, from_ms: int) -> bool:
     check comparing the tables' rows read the rollups' day, 0.35-0.4 s at 10k GPUs x 4 h.
     Otherwise (older minutes, a store not yet migrated) the live run reads the rollups: slower
     (docs/performance.md "Live runs"), the same result."""
-    row = store.query_arrow(
-        f"SELECT (SELECT count() FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4) AS copied, "
-        "toInt64(toUnixTimestamp(now())) * 1000 AS now_ms"
-    ).to_pylist()[0]
-    horizon_ms = row["now_ms"] - ddl.RECENT_TTL_DAYS * 86_400_000
-    covers = row["copied"] > 0 and from_ms >= horizon_ms
+    covers = _copies_hold(store.query_arrow(f"SELECT {_COPIED}").to_pylist()[0], from_ms)
     if not covers:
         log.info("live run reads the rollups: their time-first copies do not cover %d ms on", from_ms)
     return covers
