@@ -452,32 +452,25 @@ CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = {temp_engine} AS
 WITH
 rolled AS (SELECT * FROM ({gpu_windows})
            WHERE node IN (SELECT node FROM tmp_node_numbers WHERE nn % {parts} = {part})),
-runs AS (SELECT slot, jn, nn, node, gpu, o0, o1 FROM tmp_pieces WHERE phase = 'run' AND nn % {parts} = {part}),
-edges AS (
-    SELECT slot, jn, nn, node, gpu, wi, greatest(o0, wi * {W}) AS lo, least(o1, (wi + 1) * {W}) AS hi
-    FROM runs
-    ARRAY JOIN arrayDistinct(arrayConcat(if(o0 % {W} != 0, [intDiv(o0, {W})], []),
-                                         if(o1 % {W} != 0, [intDiv(o1, {W})], []))) AS wi
+runs AS (  -- each running piece once per stretch of 30 windows it touches: the join below meets a window
+          -- with the few pieces of its stretch, not every piece of its GPU in the run
+    SELECT slot, jn, nn, node, gpu, o0, o1,
+           arrayJoin(range(intDiv(intDiv(o0, {W}), 30), intDiv(intDiv(o1 - 1, {W}), 30) + 1)) AS stretch
+    FROM tmp_pieces WHERE phase = 'run' AND nn % {parts} = {part}
 ),
-whole AS (
-    SELECT p.slot AS slot, p.jn AS jn, p.nn AS nn, p.gpu AS gpu, r.wi AS wi, r.n AS n, r.bsum AS bsum,
-           r.thr AS thr, arrayMap(x -> toUInt16(round(x.2 / 10)), r.samples) AS keys
-    FROM rolled AS r ASOF INNER JOIN runs AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.o0
-    WHERE (r.wi + 1) * {W} <= p.o1
-),
-cut AS (
-    SELECT e.slot AS slot, e.jn AS jn, e.nn AS nn, e.gpu AS gpu, r.wi AS wi,
-           arrayFilter(x -> r.ws + x.1 >= e.lo AND r.ws + x.1 < e.hi, r.samples) AS kept,
-           toUInt64(length(kept)) AS n, arraySum(x -> x.2, kept) AS bsum,
-           arrayFold((acc, x) -> bitOr(acc, x.3), kept, toInt64(0)) AS thr,
+hit AS (  -- each window of a running piece, read once: whole inside the piece, or cut by its start or end
+    SELECT p.slot AS slot, p.jn AS jn, p.nn AS nn, p.gpu AS gpu, r.wi AS wi,
+           r.ws >= p.o0 AND r.ws + {W} <= p.o1 AS whole,
+           if(whole, r.samples, arrayFilter(x -> r.ws + x.1 >= p.o0 AND r.ws + x.1 < p.o1, r.samples)) AS kept,
+           if(whole, r.n, toUInt64(length(kept))) AS n, if(whole, r.bsum, arraySum(x -> x.2, kept)) AS bsum,
+           if(whole, r.thr, arrayFold((acc, x) -> bitOr(acc, x.3), kept, toInt64(0))) AS thr,
            arrayMap(x -> toUInt16(round(x.2 / 10)), kept) AS keys
-    FROM rolled AS r INNER JOIN edges AS e ON r.node = e.node AND r.gpu = e.gpu AND r.wi = e.wi
+    FROM rolled AS r INNER JOIN runs AS p ON r.node = p.node AND r.gpu = p.gpu AND intDiv(r.wi, 30) = p.stretch
+    WHERE r.ws < p.o1 AND r.ws + {W} > p.o0
 )
 SELECT slot, any(jn) AS jn, any(nn) AS nn, any(gpu) AS gpu, wi, sum(n) AS n, sum(bsum) AS bsum,
        bsum / n / 1000 AS b, groupBitOr(thr) AS thr, groupArrayArray(keys) AS keys
-FROM (SELECT slot, jn, nn, gpu, wi, n, bsum, thr, keys FROM whole
-      UNION ALL
-      SELECT slot, jn, nn, gpu, wi, n, bsum, thr, keys FROM cut)
+FROM hit
 GROUP BY slot, wi
 HAVING n > 0
 ;;

@@ -119,3 +119,24 @@ def test_allocations_without_placement_on_one_node_do_not_cut_each_other(sc):
     assert sum(sc.cats("pod-a").values()) == pytest.approx(4 * 300)
     assert sum(sc.cats("pod-b").values()) == pytest.approx(4 * 200)
     assert sc.cats("pod-b").get("productive", 0) == pytest.approx(4 * 200, rel=0.01)
+
+
+def test_a_placed_job_keeps_its_samples_where_an_allocation_without_placement_overlaps_it(sc):
+    # jA holds GPUs 0-3 by index; pod-b, placed on the node only and with no samples tagged with it, stands
+    # in for its 4 GPUs with the lowest indices (step 3: it cuts no other allocation), so both hold 0-3 from
+    # 100 on. jA is running on them all along: its windows after 100 are its own samples' (productive), not
+    # "no data" because another job's piece starts later on the same GPUs.
+    run_job(sc, "jA", N1, [0, 1, 2, 3], 0, 0, 300, t_release=300)
+    sc.job(dict(t=100, event="submitted", job_id="pod-b", account="research", gpus_requested=4))
+    b = dict(job_id="pod-b", account="research")
+    sc.job(dict(t=100, event="allocated", node=N1, **b))
+    sc.job(dict(t=100, event="gang_complete", **b), dict(t=100, event="running", **b))
+    sc.job(dict(t=300, event="completed", **b), dict(t=300, event="released", node=N1, **b))
+    sc.gpu(N1, range(4), 0, 300, job_id="jA")
+    sc.load()
+    sc.analyze(0, 300)
+    a = sc.cats("jA")
+    assert sum(a.values()) == pytest.approx(4 * 300)
+    assert a.get("productive", 0) == pytest.approx(4 * 300, rel=0.01), a
+    # pod-b's stand-in GPUs are 0-3: their samples are the only evidence of its running time
+    assert sc.cats("pod-b").get("productive", 0) == pytest.approx(4 * 200, rel=0.01)
