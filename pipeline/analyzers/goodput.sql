@@ -69,7 +69,7 @@ FROM (SELECT job_id, argMax((healthy_half_keys, noise_half_keys, starts, baselin
 --    earlier one ends there; allocations starting in the same millisecond go to the greatest job id. The
 --    later allocations are looked up among all jobs of the cluster, so the cut does not depend on the
 --    range; an allocation without placement cuts no other, since nobody knows which GPUs it holds.
-CREATE OR REPLACE TABLE tmp_alloc ENGINE = {temp_engine} AS
+CREATE OR REPLACE TABLE tmp_mine ENGINE = {temp_engine} AS
 WITH
 unplaced AS (
     SELECT x.job_id AS job_id, x.attempt AS attempt, x.node AS node, ifNull(d.gpus_per_node, 0) AS node_gpus,
@@ -92,28 +92,32 @@ seen AS (
           SELECT assumeNotNull(job_id), node, gpu FROM raw_gpu WHERE NOT {rollups} AND cluster = '{cluster}')
     WHERE job_id IN (SELECT job_id FROM tmp_events WHERE event = 'allocated' AND empty(gpu_indices))
     GROUP BY job_id, node
-),
-mine AS (
-    SELECT e.job_id AS job_id, e.attempt AS attempt, e.node AS node, e.t AS a0,
-           toInt64(arrayJoin(if(empty(e.gpu_indices),
-                                arraySlice(arrayConcat(ifNull(sn.gpus, []),
-                                                       arrayFilter(x -> NOT has(ifNull(sn.gpus, []), x),
-                                                                   arrayMap(x -> toInt32(x), range(u.node_gpus)))),
-                                           1, u.k),
-                                e.gpu_indices))) AS gpu,
-           empty(e.gpu_indices) AS unplaced
-    FROM tmp_events AS e
-    LEFT JOIN unplaced AS u ON e.job_id = u.job_id AND e.attempt = u.attempt AND e.node = u.node
-    LEFT JOIN seen AS sn ON e.job_id = sn.job_id AND e.node = sn.node
-    WHERE e.event = 'allocated'
-    SETTINGS join_use_nulls = 1
-),
+)
+SELECT e.job_id AS job_id, e.attempt AS attempt, e.node AS node, e.t AS a0,
+       toInt64(arrayJoin(if(empty(e.gpu_indices),
+                            arraySlice(arrayConcat(ifNull(sn.gpus, []),
+                                                   arrayFilter(x -> NOT has(ifNull(sn.gpus, []), x),
+                                                               arrayMap(x -> toInt32(x), range(u.node_gpus)))),
+                                       1, u.k),
+                            e.gpu_indices))) AS gpu,
+       empty(e.gpu_indices) AS unplaced
+FROM tmp_events AS e
+LEFT JOIN unplaced AS u ON e.job_id = u.job_id AND e.attempt = u.attempt AND e.node = u.node
+LEFT JOIN seen AS sn ON e.job_id = sn.job_id AND e.node = sn.node
+WHERE e.event = 'allocated'
+SETTINGS join_use_nulls = 1
+;;
+-- 3, continued: where each of those allocations ends. tmp_mine (every GPU a job's `allocated` gives it, from
+--    when) is a table of its own: `everyone` and `held` below read it, and as a WITH clause each reading
+--    computed it again (five times, with `seen`'s read of the rollup).
+CREATE OR REPLACE TABLE tmp_alloc ENGINE = {temp_engine} AS
+WITH
 everyone AS (
     SELECT r.job_id AS job_id, ifNull(r.node, '') AS node, toUnixTimestamp64Milli(r.ts) AS a0,
            toInt64(arrayJoin(r.gpu_indices)) AS gpu
     FROM raw_job AS r FINAL
-    WHERE r.cluster = '{cluster}' AND r.event = 'allocated' AND r.node IN (SELECT node FROM mine)
-      AND r.ts >= fromUnixTimestamp64Milli((SELECT min(a0) FROM mine))
+    WHERE r.cluster = '{cluster}' AND r.event = 'allocated' AND r.node IN (SELECT node FROM tmp_mine)
+      AND r.ts >= fromUnixTimestamp64Milli((SELECT min(a0) FROM tmp_mine))
 ),
 ties AS (
     SELECT node, gpu, a0, max(job_id) AS top FROM everyone GROUP BY node, gpu, a0 HAVING uniqExact(job_id) > 1
@@ -125,7 +129,7 @@ rel AS (
 held AS (
     SELECT m.job_id AS job_id, m.attempt AS attempt, m.node AS node, m.gpu AS gpu, m.a0 AS a0,
            if(r.t > 0, r.t, toInt64(0)) AS rel_gpu
-    FROM mine AS m ASOF LEFT JOIN (SELECT * FROM rel WHERE gpu >= 0) AS r
+    FROM tmp_mine AS m ASOF LEFT JOIN (SELECT * FROM rel WHERE gpu >= 0) AS r
         ON m.job_id = r.job_id AND m.node = r.node AND m.gpu = r.gpu AND r.t >= m.a0
 ),
 held2 AS (
@@ -226,28 +230,30 @@ FROM tmp_alloc CROSS JOIN old
 --     without step events, the first second at which the job's mean SM activity reaches {healthy_cutoff}
 --     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
 --     A live run takes the starts its jobs' last whole runs found (2a) and looks only for the others'.
+--     tmp_coarse holds those attempts, each until its end: a table, since tmp_start reads it seven times (as
+--     a WITH clause each reading computed it again; in a live run it is mostly empty, and was 0.1 s).
+CREATE OR REPLACE TABLE tmp_coarse ENGINE = {temp_engine} AS
+SELECT r.job_id AS job_id, r.attempt AS attempt, r.t AS run_t,
+       if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
+FROM (SELECT job_id, attempt, t FROM tmp_events AS e
+      WHERE event = 'running'
+        AND (has({coarse_running_sources}, source)
+             OR (job_id, attempt, t) IN (SELECT job_id, attempt, t FROM tmp_events WHERE event = 'gang_complete'))
+     ) AS r
+ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
+                WHERE event IN ('failed', 'preempted', 'completed', 'cancelled')) AS x
+    ON r.job_id = x.job_id AND x.t >= r.t
+WHERE (r.job_id, r.attempt) NOT IN (SELECT job_id, s.1 FROM tmp_carried ARRAY JOIN starts AS s)
+;;
 CREATE OR REPLACE TABLE tmp_start ENGINE = {temp_engine} AS
 WITH
-att AS (
-    SELECT r.job_id AS job_id, r.attempt AS attempt, r.t AS run_t,
-           if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
-    FROM (SELECT job_id, attempt, t FROM tmp_events AS e
-          WHERE event = 'running'
-            AND (has({coarse_running_sources}, source)
-                 OR (job_id, attempt, t) IN (SELECT job_id, attempt, t FROM tmp_events WHERE event = 'gang_complete'))
-         ) AS r
-    ASOF LEFT JOIN (SELECT job_id, t FROM tmp_events
-                    WHERE event IN ('failed', 'preempted', 'completed', 'cancelled')) AS x
-        ON r.job_id = x.job_id AND x.t >= r.t
-    WHERE (r.job_id, r.attempt) NOT IN (SELECT job_id, s.1 FROM tmp_carried ARRAY JOIN starts AS s)
-),
 steps AS (
     SELECT a.job_id AS job_id, a.attempt AS attempt, min(s.t0) AS first_step
-    FROM att AS a
+    FROM tmp_coarse AS a
     INNER JOIN (SELECT job_id, attempt, toUnixTimestamp64Milli(ts) - toInt64(round(duration_ms)) AS t0
                 FROM raw_step FINAL
-                WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM att)
-                  AND ts >= fromUnixTimestamp64Milli((SELECT min(run_t) FROM att))) AS s
+                WHERE cluster = '{cluster}' AND job_id IN (SELECT job_id FROM tmp_coarse)
+                  AND ts >= fromUnixTimestamp64Milli((SELECT min(run_t) FROM tmp_coarse))) AS s
         ON s.job_id = a.job_id
     WHERE (s.attempt IS NULL OR s.attempt = a.attempt) AND s.t0 >= a.run_t AND s.t0 < a.stop_t
     GROUP BY job_id, attempt
@@ -257,12 +263,13 @@ per_second AS (
     FROM (SELECT node, gpu, toUnixTimestamp64Milli(ts) - {node_offset_ms} - 1 AS t,
                  toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm
           FROM raw_gpu FINAL
-          WHERE cluster = '{cluster}' AND node IN (SELECT node FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att))
-            AND ts > fromUnixTimestamp64Milli((SELECT min(run_t) FROM att) - (SELECT skew FROM tmp_span))
-            AND ts <= fromUnixTimestamp64Milli((SELECT max(stop_t) FROM att) + (SELECT skew FROM tmp_span))) AS g
-    INNER JOIN (SELECT * FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM att)) AS al
+          WHERE cluster = '{cluster}'
+            AND node IN (SELECT node FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM tmp_coarse))
+            AND ts > fromUnixTimestamp64Milli((SELECT min(run_t) FROM tmp_coarse) - (SELECT skew FROM tmp_span))
+            AND ts <= fromUnixTimestamp64Milli((SELECT max(stop_t) FROM tmp_coarse) + (SELECT skew FROM tmp_span))) AS g
+    INNER JOIN (SELECT * FROM tmp_alloc WHERE job_id IN (SELECT job_id FROM tmp_coarse)) AS al
         ON g.node = al.node AND g.gpu = al.gpu
-    INNER JOIN att AS a ON al.job_id = a.job_id
+    INNER JOIN tmp_coarse AS a ON al.job_id = a.job_id
     WHERE g.t >= al.a0 AND g.t < al.a1 AND g.t >= a.run_t AND g.t < a.stop_t AND g.bm IS NOT NULL
     GROUP BY job_id, attempt, t
 ),
@@ -275,7 +282,7 @@ jump AS (
 SELECT a.job_id AS job_id, a.attempt AS attempt,
        greatest(a.run_t, multiIf(ifNull(st.first_step, 0) > 0, st.first_step,
                                  ifNull(j.jump_t, 0) > 0, j.jump_t, a.run_t)) AS real_t
-FROM att AS a
+FROM tmp_coarse AS a
 LEFT JOIN steps AS st ON a.job_id = st.job_id AND a.attempt = st.attempt
 LEFT JOIN jump AS j ON a.job_id = j.job_id AND a.attempt = j.attempt
 SETTINGS join_use_nulls = 1
