@@ -81,12 +81,12 @@ def test_overlapping_allocations_the_later_one_owns_the_gpu_from_its_start(sc):
     assert b == pytest.approx({"productive": 190.0, "startup": 10.0})
 
 
-def _unplaced_job(sc, job_id, nodes, requested, t_end=300):
+def _unplaced_job(sc, job_id, nodes, requested, t_start=0, t_end=300):
     """A gang placed on nodes only, as the Kubernetes collector reports it: no GPU indices."""
     j = dict(job_id=job_id, account="research")
-    sc.job(dict(t=0, event="submitted", gpus_requested=requested, **j))
-    sc.job(*(dict(t=0, event="allocated", node=n, **j) for n in nodes))
-    sc.job(dict(t=0, event="gang_complete", **j), dict(t=0, event="running", **j))
+    sc.job(dict(t=t_start, event="submitted", gpus_requested=requested, **j))
+    sc.job(*(dict(t=t_start, event="allocated", node=n, **j) for n in nodes))
+    sc.job(dict(t=t_start, event="gang_complete", **j), dict(t=t_start, event="running", **j))
     sc.job(
         dict(t=t_end, event="completed", **j), *(dict(t=t_end, event="released", node=n, **j) for n in nodes)
     )
@@ -107,11 +107,7 @@ def test_an_allocation_without_placement_holds_the_requested_gpus_spread_over_it
 
 def test_allocations_without_placement_on_one_node_do_not_cut_each_other(sc):
     _unplaced_job(sc, "pod-a", [N1], requested=4)
-    sc.job(dict(t=100, event="submitted", job_id="pod-b", account="research", gpus_requested=4))
-    b = dict(job_id="pod-b", account="research")
-    sc.job(dict(t=100, event="allocated", node=N1, **b))
-    sc.job(dict(t=100, event="gang_complete", **b), dict(t=100, event="running", **b))
-    sc.job(dict(t=300, event="completed", **b), dict(t=300, event="released", node=N1, **b))
+    _unplaced_job(sc, "pod-b", [N1], requested=4, t_start=100)
     sc.gpu(N1, range(4), 0, 300, job_id="pod-a")
     sc.gpu(N1, range(4, 8), 100, 300, job_id="pod-b")
     sc.load()
@@ -127,11 +123,7 @@ def test_a_placed_job_keeps_its_samples_where_an_allocation_without_placement_ov
     # 100 on. jA is running on them all along: its windows after 100 are its own samples' (productive), not
     # "no data" because another job's piece starts later on the same GPUs.
     run_job(sc, "jA", N1, [0, 1, 2, 3], 0, 0, 300, t_release=300)
-    sc.job(dict(t=100, event="submitted", job_id="pod-b", account="research", gpus_requested=4))
-    b = dict(job_id="pod-b", account="research")
-    sc.job(dict(t=100, event="allocated", node=N1, **b))
-    sc.job(dict(t=100, event="gang_complete", **b), dict(t=100, event="running", **b))
-    sc.job(dict(t=300, event="completed", **b), dict(t=300, event="released", node=N1, **b))
+    _unplaced_job(sc, "pod-b", [N1], requested=4, t_start=100)
     sc.gpu(N1, range(4), 0, 300, job_id="jA")
     sc.load()
     sc.analyze(0, 300)
