@@ -231,7 +231,7 @@ FROM tmp_alloc CROSS JOIN old
 --     x the attempt's {healthy_quantile} quantile (the jump from startup to training). Neither: `running`.
 --     A live run takes the starts its jobs' last whole runs found (2a) and looks only for the others'.
 --     tmp_coarse holds those attempts, each until its end: a table, since tmp_start reads it seven times (as
---     a WITH clause each reading computed it again; in a live run it is mostly empty, and was 0.1 s).
+--     a WITH clause each reading computed it again: tmp_start took 0.21-0.35 s of a live run, now 0.10 s).
 CREATE OR REPLACE TABLE tmp_coarse ENGINE = {temp_engine} AS
 SELECT r.job_id AS job_id, r.attempt AS attempt, r.t AS run_t,
        if(x.t > 0, x.t, greatest(toInt64({as_of}), r.t)) AS stop_t
