@@ -6,6 +6,9 @@ no table written by either give the same tables run at once as one after the oth
 starts as soon as no statement before it that is still running or waiting writes a table it names, or
 names the table it writes. The order of the SQL files stays the only order that matters, and a
 statement whose verb does not say what it writes waits for all before it, and all after it for it.
+A DELETE takes no worker: a lightweight delete is a mutation the engine's background pool applies while
+the statement waits for it, and it waits long where that pool is busy with the table's merges (0.6-0.95 s
+in 2 of 12 live runs in a row, docs/performance.md) while the statements beside it could use the cores.
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ class Statement:
     label: str | None = None
     writes: str | None = field(init=False)
     names: frozenset[str] = field(init=False)
+    waits: bool = field(init=False)
+    """A DELETE: it waits for the engine's background pool rather than working, so takes no worker."""
 
     def __post_init__(self) -> None:
         m = _WRITES.match(self.sql)
         self.writes = m[1] if m else None
         self.names = frozenset(_NAMES.findall(self.sql))
+        self.waits = self.sql.lstrip().startswith("DELETE FROM")
 
     def must_follow(self, earlier: Statement) -> bool:
         """Whether this statement must wait for `earlier` to end: one writes a table the other names (any
@@ -54,12 +60,13 @@ def run_statements(
     expand: Callable[[Statement], list[Statement]],
     ran: Callable[[Statement], None],
 ) -> None:
-    """Runs `statements` with up to `workers` at once (1: one after the other, in this thread), each
-    started once no statement before it that it must follow is still to end (`Statement.must_follow`).
+    """Runs `statements` with up to `workers` at once (1: one after the other, in this thread), besides
+    any DELETEs (`Statement.waits`), each started once no statement before it that it must follow is
+    still to end (`Statement.must_follow`).
     `expand(s)` gives what runs for `s` (its parts, in order), called as `s` is about to start; for the
-    first statement in parts only once all before it have ended, as the number of parts is read off the
-    tables they made. `ran(s)` is called in this thread as each ends. The first error ends the run:
-    nothing more starts, the running statements end, and the error is raised."""
+    first statement in parts only once all before it but DELETEs have ended, as the number of parts is
+    read off the tables they made. `ran(s)` is called in this thread as each ends. The first error ends
+    the run: nothing more starts, the running statements end, and the error is raised."""
     waiting = list(statements)
     if workers <= 1:
         while waiting:
@@ -70,17 +77,21 @@ def run_statements(
     running: dict[Future, Statement] = {}
     expanded_once = False
     error: BaseException | None = None
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="analyzer-statement") as pool:
+    deletes = sum(s.waits for s in statements)
+    with ThreadPoolExecutor(max_workers=workers + deletes, thread_name_prefix="analyzer-statement") as pool:
         while (waiting and error is None) or running:
             started = True
-            while started and error is None and len(running) < workers:
+            while started and error is None:
                 started = False
+                working = sum(not r.waits for r in running.values())
                 for i, s in enumerate(waiting):
+                    if not s.waits and working >= workers:
+                        continue
                     if any(s.must_follow(other) for other in (*running.values(), *waiting[:i])):
                         continue
                     if "{part}" in s.sql and not expanded_once:
-                        if running or i:
-                            break  # the parts' number is read once all before it have ended
+                        if i or working:  # the parts' number is read once all before it have ended
+                            break  # (a DELETE may run on: it removes output rows, never what is counted)
                         expanded_once = True
                     waiting[i : i + 1] = expand(s)
                     s = waiting.pop(i)

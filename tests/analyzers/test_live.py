@@ -12,6 +12,7 @@ import pytest
 from contracts import catalog
 from pipeline import ddl
 from pipeline.analyzers import run as analyzers
+from pipeline.analyzers.schedule import Statement
 from tests.analyzers.scenario import T0, Scenario, ms
 from tests.loader.helpers import GOODPUT
 
@@ -218,17 +219,18 @@ def test_goodput_analyze_live_after_an_ingest_carries_the_whole_runs_numbers(tmp
 
 
 class Recording:
-    """A store that notes how many statements run at once at most (the live run's own threads). Until it
-    has seen two at once, a temp table's statement waits for company (2 s at most), so that the count
-    does not hang on how fast a thread starts."""
+    """A store that notes how many statements run at once at most (the live run's own threads), DELETEs
+    aside: they take no worker (schedule.py). Until it has seen two at once, a temp table's statement
+    waits for company (2 s at most), so that the count does not hang on how fast a thread starts."""
 
     def __init__(self, store, workers: int):
         self.store, self.concurrent_statements = store, workers
         self.running, self.most, self.lock = 0, 0, threading.Condition()
 
     def execute(self, sql, params=None):
+        works = not Statement(sql).waits
         with self.lock:
-            self.running += 1
+            self.running += works
             self.most = max(self.most, self.running)
             self.lock.notify_all()
             if self.concurrent_statements > 1 and sql.startswith("CREATE OR REPLACE TABLE tmp_"):
@@ -237,7 +239,7 @@ class Recording:
             self.store.execute(sql, params)
         finally:
             with self.lock:
-                self.running -= 1
+                self.running -= works
 
     def __getattr__(self, name):
         return getattr(self.store, name)

@@ -28,9 +28,9 @@ class Recorder:
     def __call__(self, sql: str) -> None:
         with self.lock:
             self.events.append(("start", sql))
-        if self.barrier and sql.startswith("CREATE") and Statement(sql).writes in self.meet:
+        if self.barrier and sql.startswith(("CREATE", "DELETE")) and Statement(sql).writes in self.meet:
             self.barrier.wait(timeout=10)
-        if self.hold and sql.startswith("CREATE") and Statement(sql).writes == self.hold:
+        if self.hold and sql.startswith(("CREATE", "DELETE")) and Statement(sql).writes == self.hold:
             self.released.wait(timeout=1)
         if self.fail and self.fail in sql:
             raise RuntimeError(f"failed: {self.fail}")
@@ -74,6 +74,22 @@ def test_one_worker_runs_them_in_order():
 def test_two_workers_overlap_the_independent_and_keep_every_dependency():
     statements = chain()
     rec, ran = Recorder(meet=("tmp_a", "tmp_b")), []  # tmp_a's and tmp_b's creates must run at once
+    run_statements(statements, rec, 2, no_parts, ran.append)
+    assert sorted(s.sql for s in ran) == sorted(s.sql for s in statements)
+    check_order(statements, rec)
+
+
+def test_a_delete_runs_beside_as_many_others_as_there_are_workers():
+    """A lightweight DELETE mostly waits for the engine's background pool: it takes no worker, and keeps
+    its order (the INSERT into its table after it)."""
+    statements = [
+        Statement(T.format("tmp_a", "raw")),
+        Statement(T.format("tmp_b", "raw")),
+        Statement("DELETE FROM out WHERE job_id IN (SELECT job_id FROM raw)"),
+        Statement("INSERT INTO out SELECT * FROM tmp_a JOIN tmp_b"),
+    ]
+    assert [s.waits for s in statements] == [False, False, True, False]
+    rec, ran = Recorder(meet=("tmp_a", "tmp_b", "out")), []  # all three running at once, on two workers
     run_statements(statements, rec, 2, no_parts, ran.append)
     assert sorted(s.sql for s in ran) == sorted(s.sql for s in statements)
     check_order(statements, rec)
@@ -127,6 +143,26 @@ def test_the_first_statement_in_parts_expands_once_all_before_it_ended():
     assert sorted(s.label for s in ran if s.label) == ["tmp_p", "tmp_q"]  # each once its last part ran
     for table in ("tmp_p", "tmp_q"):  # each table's parts in order
         assert rec.at("end", T.format(table, "raw_0")) < rec.at("start", f"INSERT INTO {table} SELECT 1")
+
+
+def test_a_running_delete_does_not_hold_back_the_statements_in_parts():
+    """The parts' number is read off the temp tables made before: a DELETE of output rows still running
+    (waiting on the engine's background pool) changes none of them."""
+    statements = [
+        Statement("DELETE FROM out WHERE x"),
+        Statement(T.format("tmp_p", "raw WHERE nn % {parts} = {part}"), label="tmp_p"),
+    ]
+    rec, ran = Recorder(hold="out"), []  # the DELETE runs until released (1 s at most)
+
+    def expand(s: Statement) -> list[Statement]:
+        if "{part}" not in s.sql:
+            return [s]
+        assert ("end", statements[0].sql) not in rec.events  # expanded while the DELETE runs
+        rec.released.set()
+        return [Statement(T.format("tmp_p", "raw_0"), s.label)]
+
+    run_statements(statements, rec, 2, expand, ran.append)
+    assert sorted(s.label or s.sql for s in ran) == sorted(["DELETE FROM out WHERE x", "tmp_p"])
 
 
 def test_the_first_error_stops_the_run_after_the_running_statements_end():
