@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+ENGINE_OPTIONS = "compile_expressions=0&compile_aggregate_expressions=0&compile_sort_description=0"
+"""Settings every session of the store opens with. The engine compiles an expression (an aggregation, a
+sort) to machine code with LLVM once it has met it three times: in a process that runs the analyzers
+again and again (the loader service's live runs, every minute) the fourth run paid 1.6-2.0 CPU-s for
+it, 2.6-3.4 s against 1.4-2.1 s, and the runs after it were no faster (1.61-1.66 s against 1.50-1.56 s
+without). Whole runs of the bench day, which compile too, were within their scatter either way, 14 runs
+alternating (docs/performance.md)."""
+
+
 _ESCAPED = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
 
 
@@ -155,8 +164,8 @@ class ChdbStore:
 
     @property
     def connection(self) -> str:
-        """What chDB opens: the store's directory (a subclass may add the engine's options)."""
-        return str(self.path)
+        """What chDB opens: the store's directory and the engine's options (ENGINE_OPTIONS)."""
+        return f"{self.path}?{ENGINE_OPTIONS}"
 
     def _start_pool(self) -> None:
         """The store's own session is the first of its pool; `_checkout` adds others as threads need."""

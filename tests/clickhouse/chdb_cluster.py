@@ -103,7 +103,7 @@ def main(workdir: Path, start_ms: int, single: bool) -> dict:
 
         @property
         def connection(self) -> str:
-            return f"{self.path}?config-file={self.config_file}"
+            return f"{super().connection}&config-file={self.config_file}"
 
         def _run(self, sql: str, fmt: str, params=None):
             return super()._run(without_keeper(sql), fmt, params)

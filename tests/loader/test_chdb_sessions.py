@@ -52,3 +52,17 @@ def test_closing_the_store_closes_every_connection(tmp_path):
         store.execute("SELECT 1")
     with ChdbStore(tmp_path / "store") as again:  # the directory is free for the next process
         assert again.query_arrow("SELECT 1 AS one").column("one")[0].as_py() == 1
+
+
+def test_every_session_opens_with_the_engines_options(tmp_path):
+    """No JIT compilation of expressions (ENGINE_OPTIONS): a long-lived process would pay for it in the
+    fourth analyzer run, for no faster runs after. The second thread's connection has them too."""
+    jit = "SELECT getSetting('compile_expressions') AS e, getSetting('compile_aggregate_expressions') AS a, "
+    jit += "getSetting('compile_sort_description') AS s"
+    off = [{"e": False, "a": False, "s": False}]
+    with ChdbStore(tmp_path / "store") as store:
+        assert store.query_arrow(jit).to_pylist() == off
+        thread = slow_insert_running(store)
+        assert store.query_arrow(jit).to_pylist() == off  # through the second connection
+        thread.join()
+        assert len(store._extra) == 1
