@@ -7,8 +7,9 @@ starts as soon as no statement before it that is still running or waiting writes
 names the table it writes. The order of the SQL files stays the only order that matters, and a
 statement whose verb does not say what it writes waits for all before it, and all after it for it.
 A DELETE takes no worker: a lightweight delete is a mutation the engine's background pool applies while
-the statement waits for it, and it waits long where that pool is busy with the table's merges (0.6-0.95 s
-in 2 of 12 live runs in a row, docs/performance.md) while the statements beside it could use the cores.
+the statement waits for it, and it waits long where that pool is busy with the table's merges (0.3-1.1 s
+in 1 to 3 of 12 live runs in a row, docs/performance.md) while the statements beside it could use the
+cores.
 """
 
 from __future__ import annotations
