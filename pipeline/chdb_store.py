@@ -32,8 +32,8 @@ ENGINE_OPTIONS = "compile_expressions=0&compile_aggregate_expressions=0&compile_
 sort) to machine code with LLVM once it has met it three times: in a process that runs the analyzers
 again and again (the loader service's live runs, every minute) the fourth run paid 1.6-2.0 CPU-s for
 it, 2.6-3.4 s against 1.4-2.1 s, and the runs after it were no faster (1.61-1.66 s against 1.50-1.56 s
-without). Whole runs of the bench day, which compile too, were within their scatter either way, 14 runs
-alternating (docs/performance.md)."""
+without). Whole runs of the bench day, which compile too, showed no consistent difference either way
+(docs/performance.md)."""
 
 
 _ESCAPED = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})

@@ -6,10 +6,12 @@ no table written by either give the same tables run at once as one after the oth
 starts as soon as no statement before it that is still running or waiting writes a table it names, or
 names the table it writes. The order of the SQL files stays the only order that matters, and a
 statement whose verb does not say what it writes waits for all before it, and all after it for it.
-A DELETE takes no worker: a lightweight delete is a mutation the engine's background pool applies while
-the statement waits for it, and it waits long where that pool is busy with the table's merges (0.3-1.1 s
-in 1 to 3 of 12 live runs in a row, docs/performance.md) while the statements beside it could use the
-cores.
+A DELETE starts only once every statement before it has ended: what it removes is a run's output,
+replaced by the INSERT that follows it in the file, and readers (the exporter, the dashboards) would
+otherwise see those rows gone for the whole run, not for the DELETE's time. It takes no worker: a
+lightweight delete is a mutation the engine's background pool applies while the statement waits for it,
+and it waits long where that pool is busy with the table's merges (0.3-1.1 s in 1 to 3 of 12 live runs
+in a row, docs/performance.md) while the statements after it could use the cores.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ class Statement:
 
     def must_follow(self, earlier: Statement) -> bool:
         """Whether this statement must wait for `earlier` to end: one writes a table the other names (any
-        identifier of its text: a column that shares a table's name only costs a wait), or either's
-        target is unknown."""
-        if self.writes is None or earlier.writes is None:
+        identifier of its text: a column that shares a table's name only costs a wait), either's target
+        is unknown, or this is a DELETE (it waits for all before it)."""
+        if self.writes is None or earlier.writes is None or self.waits:
             return True
         return self.writes in earlier.names or earlier.writes in self.names
 

@@ -83,16 +83,29 @@ def test_a_delete_runs_beside_as_many_others_as_there_are_workers():
     """A lightweight DELETE mostly waits for the engine's background pool: it takes no worker, and keeps
     its order (the INSERT into its table after it)."""
     statements = [
+        Statement("DELETE FROM out WHERE job_id IN (SELECT job_id FROM raw)"),
         Statement(T.format("tmp_a", "raw")),
         Statement(T.format("tmp_b", "raw")),
-        Statement("DELETE FROM out WHERE job_id IN (SELECT job_id FROM raw)"),
         Statement("INSERT INTO out SELECT * FROM tmp_a JOIN tmp_b"),
     ]
-    assert [s.waits for s in statements] == [False, False, True, False]
+    assert [s.waits for s in statements] == [True, False, False, False]
     rec, ran = Recorder(meet=("tmp_a", "tmp_b", "out")), []  # all three running at once, on two workers
     run_statements(statements, rec, 2, no_parts, ran.append)
     assert sorted(s.sql for s in ran) == sorted(s.sql for s in statements)
     check_order(statements, rec)
+
+
+def test_a_delete_waits_for_every_statement_before_it():
+    """A run's DELETE removes the output rows its INSERT then replaces: started before the statements it
+    does not depend on have ended, it would leave readers without those rows for the whole run."""
+    statements = [
+        Statement(T.format("tmp_a", "raw")),
+        Statement("DELETE FROM out WHERE job_id IN (SELECT job_id FROM raw)"),
+    ]
+    assert statements[1].must_follow(statements[0])  # though it names no table tmp_a writes
+    rec = Recorder(hold="tmp_a")  # tmp_a runs for 1 s
+    run_statements(statements, rec, 2, no_parts, lambda s: None)
+    assert rec.at("end", statements[0].sql) < rec.at("start", statements[1].sql)
 
 
 def test_a_statement_whose_target_is_unknown_waits_for_all_and_all_for_it():
