@@ -298,25 +298,27 @@ LEFT JOIN tmp_start AS s ON e.job_id = s.job_id AND e.attempt = s.attempt
 SETTINGS join_use_nulls = 1
 ;;
 -- 3e. Nodes whose raw rows are read (FINAL, filed at ts - offset) instead of the insert-time rollups
---     (pipeline/ddl.py): the nodes with a clock offset (3a), since the rollups file samples by the node's
---     own clock, and the nodes with a duplicate in a rollup over the span: a window holding more rows than
---     seconds (rows > bitCount(seconds)) counts a batch stored twice (two loaders racing), which FINAL
---     collapses in the raw rows. The NIC and storage rollups are read FINAL (their parts merged per key as
---     they are read, in sort order: half the CPU of grouping their 9 M keys a day), as their key is the
---     check's; the GPU rollup's key also holds the job a sample was tagged with, and a second stored under
---     two tags is a duplicate all the same, so its rows (read FINAL too) are gathered per GPU in window
---     order and checked window by window: 1,024 groups of arrays instead of a hash of 9 M windows (3.7 ->
---     3.0 s for the statement, 2.1 -> 1.1 GB peak, on the bench day). With {rollups} = 0 (a window that is
---     no multiple of the rollups' 10 s, or a run told to) every node is read from its raw rows.
+--     (pipeline/ddl.py), per kind: the nodes with a clock offset (3a), since the rollups file samples by
+--     the node's own clock, and the nodes with a duplicate in that kind's rollup over the span: a window
+--     holding more rows than seconds (rows > bitCount(seconds)) counts a batch stored twice (two loaders
+--     racing), which FINAL collapses in the raw rows. A batch holds one kind, so each kind's check finds
+--     its own duplicates, and a kind without one reads the same sums from its rollup as from its raw rows:
+--     the three lists are apart so that the GPU reads (7) need not wait for the NIC rollup's read (0.2-0.3 s
+--     of a live run at 10,240 GPUs; docs/performance.md: what that buys depends on idle cores). The NIC and storage rollups are read FINAL (their parts merged per
+--     key as they are read, in sort order: half the CPU of grouping their 9 M keys a day), as their key
+--     is the check's; the GPU rollup's key also holds the job a sample was tagged with, and a second
+--     stored under two tags is a duplicate all the same, so its rows (read FINAL too) are gathered per GPU
+--     in window order and checked window by window: 1,024 groups of arrays instead of a hash of 9 M
+--     windows (3.7 -> 3.0 s for the statement, 2.1 -> 1.1 GB peak, on the bench day). With {rollups} = 0
+--     (a window that is no multiple of the rollups' 10 s, or a run told to) every node is read from its
+--     raw rows.
 --     A live run reads the rollups' time-first copies here, in 7 and 9 where they hold the rollups' rows
 --     ({<kind>_rollup_read}, run.py recent_covers; {recent} = 1): its minutes, not the day's columns. Its
 --     GPU check groups the minutes' windows in a hash instead (no FINAL: the sums of a window's rows
 --     across parts and job tags are FINAL's), 0.25-0.36 s against 0.35-0.77 s at 10,240 GPUs.
 --     The NIC rollup is read once, for this check and for step 9: its fabric signals per (node, window),
 --     with whether a port's window was stored twice (tmp_nic_windows, run.py NIC_WINDOWS).
-CREATE OR REPLACE TABLE tmp_nic_windows ENGINE = {temp_engine} AS {nic_rollup_windows}
-;;
-CREATE OR REPLACE TABLE tmp_raw_nodes ENGINE = {temp_engine} AS
+CREATE OR REPLACE TABLE tmp_raw_gpu_nodes ENGINE = {temp_engine} AS
 SELECT node FROM tmp_clock
 UNION DISTINCT
 SELECT DISTINCT node FROM (  -- per GPU its rows in window order, split into windows
@@ -332,11 +334,19 @@ UNION DISTINCT
 SELECT DISTINCT node FROM {gpu_rollup_read}  -- a live run's minutes in the copy: a hash of them is cheaper
 WHERE {recent} AND {rollups} AND cluster = '{cluster}' AND {rollup_span}
 GROUP BY node, gpu, window_start HAVING sum(rows) > bitCount(groupBitOr(seconds))
-UNION DISTINCT
-SELECT DISTINCT node FROM tmp_nic_windows WHERE stored_twice
+;;
+CREATE OR REPLACE TABLE tmp_raw_storage_nodes ENGINE = {temp_engine} AS
+SELECT node FROM tmp_clock
 UNION DISTINCT
 SELECT DISTINCT node FROM {storage_rollup_read} FINAL
 WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span} AND rows > bitCount(seconds)
+;;
+CREATE OR REPLACE TABLE tmp_nic_windows ENGINE = {temp_engine} AS {nic_rollup_windows}
+;;
+CREATE OR REPLACE TABLE tmp_raw_nic_nodes ENGINE = {temp_engine} AS
+SELECT node FROM tmp_clock
+UNION DISTINCT
+SELECT DISTINCT node FROM tmp_nic_windows WHERE stored_twice
 ;;
 -- 4. Job-level phase segments. Base phases follow the lifecycle events in (time, arrival) order: events of
 --    the same millisecond keep the order their source reported them (sender, seq, batch_row), never a rank
@@ -559,7 +569,7 @@ FROM (
     SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, read_sum,
            psi_max, times
     FROM {storage_rollup_read}
-    WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {rollup_span}
+    WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_storage_nodes) AND {rollup_span}
     UNION ALL
     SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}), read_sum,
            psi_max, times
@@ -579,7 +589,7 @@ pool_storage AS (
 ),
 net AS (
     SELECT node, wi, xmit_wait, ecn, cnp, line_frac FROM tmp_nic_windows
-    WHERE node NOT IN (SELECT node FROM tmp_raw_nodes)
+    WHERE node NOT IN (SELECT node FROM tmp_raw_nic_nodes)
     UNION ALL
     SELECT node, wi, xmit_wait, ecn, cnp, line_frac FROM ({nic_raw_windows})
 )

@@ -44,7 +44,9 @@ TEMP_TABLES = (
     "tmp_clock",
     "tmp_span",
     "tmp_nic_windows",
-    "tmp_raw_nodes",
+    "tmp_raw_gpu_nodes",
+    "tmp_raw_nic_nodes",
+    "tmp_raw_storage_nodes",
     "tmp_coarse",
     "tmp_start",
     "tmp_lifecycle",
@@ -275,13 +277,13 @@ sample read in classification is filed at ts - this. A placeholder, so the SQL s
 RAW_WINDOWS = (
     "SELECT * REPLACE (fromUnixTimestamp64Milli(toUnixTimestamp64Milli(ts) - {offset}, 'UTC') AS ts) FROM ("
     "SELECT * FROM {raw} FINAL WHERE cluster = '{cluster}' "
-    "AND (NOT {rollups} OR node IN (SELECT node FROM tmp_raw_nodes)) "
+    "AND (NOT {rollups} OR node IN (SELECT node FROM tmp_raw_{kind}_nodes)) "
     "AND ts > fromUnixTimestamp64Milli((SELECT intDiv(lo - skew, {W}) * {W} - skew FROM tmp_span)) "
     "AND ts <= fromUnixTimestamp64Milli("
     "(SELECT (intDiv(hi + skew - 1, {W}) + 1) * {W} + skew FROM tmp_span)))"
 )
-"""The raw rows goodput.sql reads where it cannot read a rollup (step 3e): of its nodes, deduplicated
-(FINAL), each filed at ts - its node's clock offset, over whole windows of the run's span."""
+"""The raw rows goodput.sql reads where it cannot read a rollup (step 3e): of its nodes for the kind,
+deduplicated (FINAL), each filed at ts - its node's clock offset, over whole windows of the run's span."""
 
 
 ROLLUP_SPAN = (
@@ -296,7 +298,7 @@ the largest clock offset corrected, as the raw rows' reads are), spelt once for 
 GPU_WINDOWS = (
     "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
     "n, bsum, thr, samples FROM {rollup} WHERE cluster = '{cluster}' AND {rollups} "
-    "AND node NOT IN (SELECT node FROM tmp_raw_nodes) AND {span} "
+    "AND node NOT IN (SELECT node FROM tmp_raw_gpu_nodes) AND {span} "
     "UNION ALL "
     "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
     "n, bsum, thr, samples FROM ({raw})"
@@ -346,6 +348,7 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     source = RAW_WINDOWS.format(
         offset=NODE_OFFSET_MS,
         raw=catalog.RAW_TABLES[kind],
+        kind=kind,
         **{k: params[k] for k in ("cluster", "rollups", "W")},
     )
     raw = temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id)
@@ -490,9 +493,14 @@ def statements(name: str, params: dict) -> list[str]:
     return out
 
 
+PARTS_COUNTED_IN = "tmp_piece_windows"
+"""The temp table whose rows `part_count` counts: a statement in parts waits for it (schedule.py)."""
+
+
 def part_count(store: Store, run_id: str) -> int:
     """How many parts the run's partitioned statements take (`ROWS_PER_PART`)."""
-    rows = store.query_arrow(f"SELECT count() AS n FROM tmp_piece_windows_{run_id}").column("n")[0].as_py()
+    counted = temp_names(PARTS_COUNTED_IN, run_id)
+    rows = store.query_arrow(f"SELECT count() AS n FROM {counted}").column("n")[0].as_py()
     return max(1, -(-int(rows) // ROWS_PER_PART))
 
 
@@ -596,8 +604,10 @@ def _execute(
     for names in reversed(reads[1:]):
         after.insert(0, after[0] | names)
     todo: list[Statement] = []
+    counted = frozenset({temp_names(PARTS_COUNTED_IN, run_id)})
     for sql, names, still_named in zip(sqls, reads, after, strict=True):
-        todo.append(Statement(sql, label=f"{name}: {step_name(sql)}"))
+        label = f"{name}: {step_name(sql)}"
+        todo.append(Statement(sql, label=label, reads=counted if "{part}" in sql else frozenset()))
         todo += [Statement(f"DROP TABLE IF EXISTS {table}") for table in sorted(names - still_named)]
 
     def expand(s: Statement) -> list[Statement]:

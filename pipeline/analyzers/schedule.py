@@ -6,6 +6,9 @@ no table written by either give the same tables run at once as one after the oth
 starts as soon as no statement before it that is still running or waiting writes a table it names, or
 names the table it writes. The order of the SQL files stays the only order that matters, and a
 statement whose verb does not say what it writes waits for all before it, and all after it for it.
+A statement in parts is expanded as it starts, its parts' number read off a table made before it
+(`Statement.reads`): it waits for that table, not for every statement before it, so the widest statement
+of a live run starts while the fabric's windows are still read beside it.
 A DELETE starts only once every statement before it has ended: what it removes is a run's output,
 replaced by the INSERT that follows it in the file, and readers (the exporter, the dashboards) would
 otherwise see those rows gone for the whole run, not for the DELETE's time. It takes no worker: a
@@ -36,6 +39,9 @@ class Statement:
 
     sql: str
     label: str | None = None
+    reads: frozenset[str] = frozenset()
+    """Tables it depends on that its text does not name: for a statement in parts, the table its parts'
+    number is read from when it starts."""
     writes: str | None = field(init=False)
     names: frozenset[str] = field(init=False)
     waits: bool = field(init=False)
@@ -44,7 +50,7 @@ class Statement:
     def __post_init__(self) -> None:
         m = _WRITES.match(self.sql)
         self.writes = m[1] if m else None
-        self.names = frozenset(_NAMES.findall(self.sql))
+        self.names = frozenset(_NAMES.findall(self.sql)) | self.reads
         self.waits = self.sql.lstrip().startswith("DELETE FROM")
 
     def must_follow(self, earlier: Statement) -> bool:
@@ -66,10 +72,10 @@ def run_statements(
     """Runs `statements` with up to `workers` at once (1: one after the other, in this thread), besides
     any DELETEs (`Statement.waits`), each started once no statement before it that it must follow is
     still to end (`Statement.must_follow`).
-    `expand(s)` gives what runs for `s` (its parts, in order), called as `s` is about to start; for the
-    first statement in parts only once all before it but DELETEs have ended, as the number of parts is
-    read off the tables they made. `ran(s)` is called in this thread as each ends. The first error ends
-    the run: nothing more starts, the running statements end, and the error is raised."""
+    `expand(s)` gives what runs for `s` (its parts, in order), called as `s` is about to start: a statement
+    in parts names (or `reads`) every table `expand` reads to count them. `ran(s)` is called in this
+    thread as each ends. The first error ends the run: nothing more starts, the running statements end,
+    and the error is raised."""
     waiting = list(statements)
     if workers <= 1:
         while waiting:
@@ -78,7 +84,6 @@ def run_statements(
                 ran(one)
         return
     running: dict[Future, Statement] = {}
-    expanded_once = False
     error: BaseException | None = None
     deletes = sum(s.waits for s in statements)
     with ThreadPoolExecutor(max_workers=workers + deletes, thread_name_prefix="analyzer-statement") as pool:
@@ -92,10 +97,6 @@ def run_statements(
                         continue
                     if any(s.must_follow(other) for other in (*running.values(), *waiting[:i])):
                         continue
-                    if "{part}" in s.sql and not expanded_once:
-                        if i or working:  # the parts' number is read once all before it have ended
-                            break  # (a DELETE may run on: it removes output rows, never what is counted)
-                        expanded_once = True
                     waiting[i : i + 1] = expand(s)
                     s = waiting.pop(i)
                     running[pool.submit(execute, s.sql)] = s

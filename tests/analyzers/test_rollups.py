@@ -213,21 +213,27 @@ def test_migrate_copies_the_rollups_last_days_time_first_for_a_store_from_versio
 
 
 class RawNodes:
-    """A store that keeps what step 3e chose in each run: the nodes read from their raw rows."""
+    """A store that keeps what step 3e chose in each run: per kind, the nodes read from their raw rows."""
 
     def __init__(self, store):
-        self.store, self.nodes = store, None
+        self.store, self.nodes = store, {}
 
     def execute(self, sql):
         self.store.execute(sql)
-        if sql.startswith("CREATE OR REPLACE TABLE tmp_raw_nodes_"):
-            table = sql.split()[4]
-            self.nodes = sorted(
-                self.store.query_arrow(f"SELECT node FROM {table}").column("node").to_pylist()
-            )
+        for kind in catalog.ROLLUP_TABLES:
+            if sql.startswith(f"CREATE OR REPLACE TABLE tmp_raw_{kind}_nodes_"):
+                table = sql.split()[4]
+                self.nodes[kind] = sorted(
+                    self.store.query_arrow(f"SELECT node FROM {table}").column("node").to_pylist()
+                )
 
     def __getattr__(self, name):
         return getattr(self.store, name)
+
+    @staticmethod
+    def only(kind, nodes):
+        """What `nodes` reads raw when only `kind`'s rollup holds a duplicate."""
+        return {k: nodes if k == kind else [] for k in catalog.ROLLUP_TABLES}
 
 
 @pytest.mark.parametrize(
@@ -242,14 +248,15 @@ def test_one_second_stored_twice_in_any_rollup_sends_its_node_to_the_raw_rows(sc
     sc.load()
     watch = RawNodes(sc.store)
     analyzers.run(watch, sc.cfg, ms(0), ms(1000), rollups=sc.rollups)
-    assert watch.nodes == []
+    assert watch.nodes == RawNodes.only(kind, [])
     raw = catalog.RAW_TABLES[kind]
     copy = f"* REPLACE ('{retag}' AS job_id)" if retag else "*"
     sc.store.execute(
         f"INSERT INTO {raw} SELECT {copy} FROM {raw} WHERE node = '{node}' ORDER BY ts LIMIT 1 OFFSET 10"
     )
     analyzers.run(watch, sc.cfg, ms(0), ms(1000), rollups=sc.rollups)
-    assert watch.nodes == ([node] if sc.rollups else [])  # the raw path reads every node raw anyway
+    # only that kind's rows are read raw; the raw path reads every node raw anyway
+    assert watch.nodes == RawNodes.only(kind, [node] if sc.rollups else [])
 
 
 @pytest.mark.parametrize(("retag", "where"), [("", "raw"), ("another-job", "raw"), ("", "copy")])
@@ -274,4 +281,4 @@ def test_a_live_run_reading_the_time_first_copies_finds_a_second_stored_twice(sc
     assert analyzers.recent_covers(sc.store, ms(600))
     watch = RawNodes(sc.store)
     analyzers.run_live(watch, sc.cfg, ms(600), rollups=sc.rollups, parts=sc.parts)
-    assert watch.nodes == ([N2] if sc.rollups else [])
+    assert watch.nodes == RawNodes.only("gpu", [N2] if sc.rollups else [])

@@ -9,18 +9,17 @@ import pytest
 from pipeline.analyzers.schedule import Statement, run_statements
 
 T = "CREATE OR REPLACE TABLE {} ENGINE = Memory AS SELECT * FROM {}"
+A = frozenset({"tmp_a"})  # a statement in parts counts its parts in tmp_a
 
 
 class Recorder:
     """An execute that notes each statement's start and end in one sequence, and lets a test hold a
     statement until another has started (`meet`: both must be running at once, or the wait times out)."""
 
-    def __init__(self, meet: tuple[str, ...] = (), fail: str = "", hold: str = ""):
+    def __init__(self, meet: tuple[str, ...] = (), fail: str = "", hold: str = "", hold_s: float = 1.0):
         self.events: list[tuple[str, str]] = []
-        self.hold, self.released = (
-            hold,
-            threading.Event(),
-        )  # `hold`'s create waits for `released`, 1 s at most
+        self.hold, self.hold_s, self.released = hold, hold_s, threading.Event()
+        # `hold`'s create waits for `released`, `hold_s` at most
         self.lock = threading.Lock()
         self.meet, self.fail = meet, fail
         self.barrier = threading.Barrier(len(meet)) if meet else None
@@ -31,7 +30,7 @@ class Recorder:
         if self.barrier and sql.startswith(("CREATE", "DELETE")) and Statement(sql).writes in self.meet:
             self.barrier.wait(timeout=10)
         if self.hold and sql.startswith(("CREATE", "DELETE")) and Statement(sql).writes == self.hold:
-            self.released.wait(timeout=1)
+            self.released.wait(timeout=self.hold_s)
         if self.fail and self.fail in sql:
             raise RuntimeError(f"failed: {self.fail}")
         with self.lock:
@@ -129,23 +128,26 @@ def test_a_name_in_a_column_or_a_filter_counts_as_naming_the_table():
     assert not Statement(T.format("tmp_b", "tmp_a_x")).must_follow(writes)  # a longer name is another
 
 
-def test_the_first_statement_in_parts_expands_once_all_before_it_ended():
-    """Its parts' number is read off the tables made before it: nothing may still be running then."""
+def test_a_statement_in_parts_expands_once_the_table_it_counts_from_is_made():
+    """Its parts' number is read off a table made before it (`reads`): it starts once that table and what
+    it names are made, while a statement it does not depend on still runs."""
     statements = [
         Statement(T.format("tmp_a", "raw")),
         Statement(T.format("tmp_b", "raw")),
-        Statement(T.format("tmp_p", "raw WHERE nn % {parts} = {part}"), label="tmp_p"),
-        Statement(T.format("tmp_q", "raw WHERE nn % {parts} = {part}"), label="tmp_q"),
+        Statement(T.format("tmp_p", "raw WHERE nn % {parts} = {part}"), label="tmp_p", reads=A),
+        Statement(T.format("tmp_q", "tmp_p WHERE nn % {parts} = {part}"), label="tmp_q", reads=A),
+        Statement(T.format("tmp_r", "tmp_b")),
     ]
-    rec, expanded, ran = Recorder(hold="tmp_b"), [], []  # tmp_b still running when tmp_a ends
+    rec, expanded, ran = Recorder(hold="tmp_b", hold_s=30), [], []  # tmp_b runs until tmp_q is expanded
 
     def expand(s: Statement) -> list[Statement]:
         if "{part}" not in s.sql:
             return [s]
-        rec.released.set()
-        if not expanded:  # tmp_a and tmp_b have started and ended
-            assert sorted(what for what, _ in rec.events) == ["end", "end", "start", "start"]
+        assert ("end", statements[0].sql) in rec.events  # the counted table is made
         expanded.append(s.label)
+        if s.label == "tmp_q":
+            assert ("end", statements[1].sql) not in rec.events  # tmp_b still runs beside the parts
+            rec.released.set()
         return [
             Statement(T.format(s.writes, "raw_0")),
             Statement(f"INSERT INTO {s.writes} SELECT 1", s.label),
@@ -156,6 +158,26 @@ def test_the_first_statement_in_parts_expands_once_all_before_it_ended():
     assert sorted(s.label for s in ran if s.label) == ["tmp_p", "tmp_q"]  # each once its last part ran
     for table in ("tmp_p", "tmp_q"):  # each table's parts in order
         assert rec.at("end", T.format(table, "raw_0")) < rec.at("start", f"INSERT INTO {table} SELECT 1")
+    assert rec.at("end", "INSERT INTO tmp_p SELECT 1") < rec.at("start", T.format("tmp_q", "raw_0"))
+    assert rec.at("end", statements[1].sql) < rec.at("start", statements[4].sql)  # tmp_r reads tmp_b
+
+
+def test_a_statement_in_parts_waits_for_the_table_it_counts_from():
+    """`reads` orders it after the statement making that table, though its text does not name it."""
+    statements = [
+        Statement(T.format("tmp_a", "raw")),
+        Statement(T.format("tmp_p", "raw WHERE nn % {parts} = {part}"), label="tmp_p", reads=A),
+    ]
+    rec = Recorder(hold="tmp_a")  # tmp_a runs 1 s unless released: tmp_p would start beside it
+
+    def expand(s: Statement) -> list[Statement]:
+        if "{part}" not in s.sql:
+            return [s]
+        assert ("end", statements[0].sql) in rec.events
+        return [Statement(T.format("tmp_p", "raw_0"), s.label)]
+
+    run_statements(statements, rec, 2, expand, lambda s: None)
+    assert rec.at("end", statements[0].sql) < rec.at("start", T.format("tmp_p", "raw_0"))
 
 
 def test_a_running_delete_does_not_hold_back_the_statements_in_parts():
