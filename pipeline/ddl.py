@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from contracts import catalog
 from contracts.schema import KINDS, Field, Kind
-from pipeline.store import Store
+from pipeline.store import Store, quote
 
 RAW_TTL_DAYS = 90
 EVENT_TTL_DAYS = 400
@@ -37,6 +37,15 @@ RECENT_TTL_DAYS = 2
 """Days the rollups' time-first copies keep (catalog.ROLLUP_RECENT): a live run reads minutes."""
 STATE_TTL_DAYS = 30
 """job_state keeps a job's numbers this long after the run that last classified it."""
+
+TABLE_TUNING: dict[str, dict[str, str]] = {catalog.GOODPUT_LIVE: {"merge_selector_base": "2"}}
+"""Table settings `migrate` gives where the engine knows them (chDB's; not Debian's 18.16 server), to
+tables created before them too. goodput_live: every live run (the loader service's, each minute)
+replaces its windows by a lightweight DELETE, a mutation of the table's parts that the run waits for,
+right before its INSERT. With the engine's default (parts merged once 5 of a size are there) the DELETE
+that meets the fifth part waited 0.3-1.1 s for the background pool, one run in five; merged at 2, none
+did (bench/bench_live_replace.py, docs/performance.md). The table is a few minutes of rows per run, so the
+extra merging costs little."""
 
 _BASE_TYPES = {"int": "Int64", "float": "Float32", "bool": "Bool", "str": "String"}
 
@@ -735,4 +744,33 @@ def migrate(store: Store) -> int:
                 f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description) "
                 f"VALUES ({version}, '{description}')"
             )
+    tune_tables(store)
     return catalog.SCHEMA_VERSION_DDL
+
+
+def tune_tables(store: Store) -> None:
+    """Gives each table of TABLE_TUNING the settings its engine knows and it does not have yet (on the
+    cluster layout its local tables, ON CLUSTER); a setting the engine does not know is left out."""
+    names = sorted({name for settings in TABLE_TUNING.values() for name in settings})
+    known = set(
+        store.query_arrow(
+            f"SELECT name FROM system.merge_tree_settings WHERE name IN ({', '.join(map(quote, names))})"
+        )
+        .column("name")
+        .to_pylist()
+    )
+    cluster = getattr(store, "cluster", None)
+    for table, settings in TABLE_TUNING.items():
+        target = table if cluster is None else f"{table}{LOCAL_SUFFIX}"
+        engine = "".join(
+            store.query_arrow(
+                "SELECT engine_full FROM system.tables "
+                f"WHERE database = currentDatabase() AND name = {quote(target)}"
+            )
+            .column("engine_full")
+            .to_pylist()
+        )
+        missing = [f"{k} = {v}" for k, v in settings.items() if k in known and f"{k} = {v}" not in engine]
+        if missing:
+            on = f" ON CLUSTER {cluster}" if cluster is not None else ""
+            store.execute(f"ALTER TABLE {target}{on} MODIFY SETTING {', '.join(missing)}")

@@ -231,3 +231,40 @@ def test_migrate_adds_the_clock_columns_to_a_store_created_before_them(tmp_path)
         for table, column in (("job_summary", "clock_offset_s"), ("ingested_batches", "appended")):
             cols = store.query_arrow(f"SELECT * FROM {table} LIMIT 0").column_names
             assert column in cols, (table, cols)
+
+
+class RecordedStatements:
+    """A store that keeps the statements it ran."""
+
+    def __init__(self, store):
+        self.store, self.statements = store, []
+
+    def execute(self, sql, params=None):
+        self.statements.append(sql)
+        self.store.execute(sql, params)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_migrate_tunes_goodput_live_also_on_a_store_created_before_it_and_only_once(tmp_path):
+    """goodput_live merges at 2 parts (ddl.TABLE_TUNING: its live runs' DELETE waited on merges of 5)."""
+
+    def engine(store):
+        sql = "SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = '{}'"
+        return store.query_arrow(sql.format("goodput_live")).column("engine_full")[0].as_py()
+
+    with ChdbStore(tmp_path / "s") as store:
+        migrate(store)
+        assert "merge_selector_base = 2" in engine(store)
+        store.execute("ALTER TABLE goodput_live RESET SETTING merge_selector_base")  # as created before
+        assert "merge_selector_base" not in engine(store)
+        recorded = RecordedStatements(store)
+        migrate(recorded)
+        assert "merge_selector_base = 2" in engine(store)
+        assert [s for s in recorded.statements if "MODIFY SETTING" in s] == [
+            "ALTER TABLE goodput_live MODIFY SETTING merge_selector_base = 2"
+        ]
+        recorded.statements.clear()
+        migrate(recorded)
+        assert not [s for s in recorded.statements if "MODIFY SETTING" in s]
