@@ -303,15 +303,15 @@ SETTINGS join_use_nulls = 1
 --     holding more rows than seconds (rows > bitCount(seconds)) counts a batch stored twice (two loaders
 --     racing), which FINAL collapses in the raw rows. A batch holds one kind, so each kind's check finds
 --     its own duplicates, and a kind without one reads the same sums from its rollup as from its raw rows:
---     the three lists are apart so that the GPU reads (7) need not wait for the NIC rollup's read (0.2-0.3 s
---     of a live run at 10,240 GPUs; docs/performance.md: what that buys depends on idle cores). The NIC and storage rollups are read FINAL (their parts merged per
---     key as they are read, in sort order: half the CPU of grouping their 9 M keys a day), as their key
---     is the check's; the GPU rollup's key also holds the job a sample was tagged with, and a second
---     stored under two tags is a duplicate all the same, so its rows (read FINAL too) are gathered per GPU
---     in window order and checked window by window: 1,024 groups of arrays instead of a hash of 9 M
---     windows (3.7 -> 3.0 s for the statement, 2.1 -> 1.1 GB peak, on the bench day). With {rollups} = 0
---     (a window that is no multiple of the rollups' 10 s, or a run told to) every node is read from its
---     raw rows.
+--     the three lists are apart so that the GPU reads (7) need not wait for the NIC rollup's read (0.2-0.3
+--     s of a live run at 10,240 GPUs; docs/performance.md: what that buys depends on idle cores). The NIC
+--     and storage rollups are read FINAL (their parts merged per key as they are read, in sort order: half
+--     the CPU of grouping their 9 M keys a day), as their key is the check's; the GPU rollup's key also
+--     holds the job a sample was tagged with, and a second stored under two tags is a duplicate all the
+--     same, so its rows (read FINAL too) are gathered per GPU in window order and checked window by
+--     window: 1,024 groups of arrays instead of a hash of 9 M windows (3.7 -> 3.0 s for the statement,
+--     2.1 -> 1.1 GB peak, on the bench day). With {rollups} = 0 (a window that is no multiple of the
+--     rollups' 10 s, or a run told to) every node is read from its raw rows.
 --     A live run reads the rollups' time-first copies here, in 7 and 9 where they hold the rollups' rows
 --     ({<kind>_rollup_read}, run.py recent_covers; {recent} = 1): its minutes, not the day's columns. Its
 --     GPU check groups the minutes' windows in a hash instead (no FINAL: the sums of a window's rows
@@ -569,7 +569,8 @@ FROM (
     SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, read_sum,
            psi_max, times
     FROM {storage_rollup_read}
-    WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_storage_nodes) AND {rollup_span}
+    WHERE cluster = '{cluster}' AND {rollups} AND node NOT IN (SELECT node FROM tmp_raw_storage_nodes)
+      AND {rollup_span}
     UNION ALL
     SELECT node, source, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}), read_sum,
            psi_max, times
