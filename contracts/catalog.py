@@ -55,6 +55,26 @@ POOL_TEAM_DAY = "pool_team_day"
 IDLE_ALLOCATIONS = "idle_allocations"
 JOB_PLACEMENT = "job_placement"
 
+ANALYZER_OUTPUTS = (
+    GOODPUT_WINDOWS,
+    JOB_SUMMARY,
+    TEAM_DAY,
+    SCHEDULING_DELAY,
+    FAULTS,
+    FAULT_REPEATS,
+    STRAGGLER_EPISODES,
+    QUEUE_DELAY_DAY,
+    POOL_CAPACITY,
+    POOL_FRAGMENTATION,
+    POOL_HOLDS,
+    POOL_TEAM_DAY,
+    IDLE_ALLOCATIONS,
+    JOB_PLACEMENT,
+    JOB_STATE,
+)
+"""What a whole analyzer run writes, each replaced (a DELETE, then an INSERT) for the jobs or ranges it
+covers; a live run writes GOODPUT_LIVE the same way."""
+
 CATEGORIES = (
     "productive",
     "data_stall",

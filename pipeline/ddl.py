@@ -38,14 +38,17 @@ RECENT_TTL_DAYS = 2
 STATE_TTL_DAYS = 30
 """job_state keeps a job's numbers this long after the run that last classified it."""
 
-TABLE_TUNING: dict[str, dict[str, str]] = {catalog.GOODPUT_LIVE: {"merge_selector_base": "2"}}
+TABLE_TUNING: dict[str, dict[str, str]] = {
+    table: {"merge_selector_base": "2"} for table in (*catalog.ANALYZER_OUTPUTS, catalog.GOODPUT_LIVE)
+}
 """Table settings `migrate` gives where the engine knows them (chDB's; not Debian's 18.16 server), to
-tables created before them too. goodput_live: every live run (the loader service's, each minute)
-replaces its windows by a lightweight DELETE, a mutation of the table's parts that the run waits for,
-right before its INSERT. With the engine's default (parts merged once 5 of a size are there) the DELETE
-that meets the fifth part waited 0.3-1.1 s for the background pool, one run in five; merged at 2, none
-did (bench/bench_live_replace.py, docs/performance.md). The table is a few minutes of rows per run, so the
-extra merging costs little."""
+tables created before them too. The analyzers' outputs: every run replaces its rows by a lightweight DELETE
+(a mutation of the table's parts, which the run waits for) right before their INSERT. With the engine's
+default (parts merged once 5 of a size are there) the DELETE that meets the fifth part waited 0.3-1.1 s
+for the background pool: a live run in five (goodput_live, each minute in the loader service), and a whole
+run in five or six, each of its ten-odd tables at once (1,024 GPUs, the last 10 minutes: 3.3 s runs, one
+of 9.7 s with 6.5 s of DELETEs). Merged at 2, none did (bench/bench_live_replace.py, docs/performance.md).
+These tables take a run's rows at a time, far fewer than the raw tables, so the extra merging costs little."""
 
 _BASE_TYPES = {"int": "Int64", "float": "Float32", "bool": "Bool", "str": "String"}
 
@@ -760,17 +763,19 @@ def tune_tables(store: Store) -> None:
         .to_pylist()
     )
     cluster = getattr(store, "cluster", None)
+    targets = {table: table if cluster is None else f"{table}{LOCAL_SUFFIX}" for table in TABLE_TUNING}
+    engines = store.query_arrow(
+        "SELECT name, engine_full FROM system.tables WHERE database = currentDatabase() "
+        f"AND name IN ({', '.join(map(quote, targets.values()))})"
+    ).to_pylist()
+    engine = {row["name"]: row["engine_full"] for row in engines}
+    on = f" ON CLUSTER {cluster}" if cluster is not None else ""
     for table, settings in TABLE_TUNING.items():
-        target = table if cluster is None else f"{table}{LOCAL_SUFFIX}"
-        engine = "".join(
-            store.query_arrow(
-                "SELECT engine_full FROM system.tables "
-                f"WHERE database = currentDatabase() AND name = {quote(target)}"
-            )
-            .column("engine_full")
-            .to_pylist()
-        )
-        missing = [f"{k} = {v}" for k, v in settings.items() if k in known and f"{k} = {v}" not in engine]
+        target = targets[table]
+        missing = [
+            f"{k} = {v}"
+            for k, v in settings.items()
+            if k in known and f"{k} = {v}" not in engine.get(target, "")
+        ]
         if missing:
-            on = f" ON CLUSTER {cluster}" if cluster is not None else ""
             store.execute(f"ALTER TABLE {target}{on} MODIFY SETTING {', '.join(missing)}")

@@ -328,11 +328,11 @@ provisional: each live run replaces its windows, whole runs never write there an
 the record; they expire 2 days after the run that wrote them. Reading "now": `goodput_live`'s latest
 windows (docs/goodput-model.md, "Live runs"; the exporter's `goodput_live_gpu_seconds`, the cluster
 dashboard's live panel). Both tables are new in version 3; nothing existing changed, so `migrate` only
-creates them. Where the engine knows the setting, `migrate` also gives `goodput_live`
-`{live_tuning}` (`pipeline.ddl.TABLE_TUNING`), on a store created before too; a server that does
-not know it keeps its defaults. Each live run replaces its rows by a lightweight DELETE, a mutation it
-waits for; with the parts merged at the default 5, the DELETE that met the fifth part waited 0.3-1.1 s,
-one run in five (bench/bench_live_replace.py, docs/performance.md).
+creates them. Where the engine knows the setting, `migrate` also gives `goodput_live` and every
+table the analyzers replace rows of `{live_tuning}` (`pipeline.ddl.TABLE_TUNING`), on a store created
+before too; a server that does not know it keeps its defaults. Each run replaces its rows by a
+lightweight DELETE, a mutation it waits for; with the parts merged at the default 5, the DELETE that met
+the fifth part waited 0.3-1.1 s, one run in five (bench/bench_live_replace.py, docs/performance.md).
 
 ## The rollups' last days, time-first (version 4)
 `gpu_rollup_recent_10s`, `nic_rollup_recent_10s` and `storage_rollup_recent_10s` hold their rollup's rows

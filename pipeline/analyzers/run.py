@@ -73,23 +73,7 @@ TEMP_TABLES = (
     "tmp_idle_cands",
     "tmp_idle_gaps",
 )
-OUTPUT_TABLES = (
-    catalog.GOODPUT_WINDOWS,
-    catalog.JOB_SUMMARY,
-    catalog.TEAM_DAY,
-    catalog.SCHEDULING_DELAY,
-    catalog.FAULTS,
-    catalog.FAULT_REPEATS,
-    catalog.STRAGGLER_EPISODES,
-    catalog.QUEUE_DELAY_DAY,
-    catalog.POOL_CAPACITY,
-    catalog.POOL_FRAGMENTATION,
-    catalog.POOL_HOLDS,
-    catalog.POOL_TEAM_DAY,
-    catalog.IDLE_ALLOCATIONS,
-    catalog.JOB_PLACEMENT,
-    catalog.JOB_STATE,
-)
+OUTPUT_TABLES = catalog.ANALYZER_OUTPUTS
 """What a whole run writes (each replaced for the jobs or ranges it covers); a live run writes LIVE_OUTPUT."""
 LIVE_OUTPUT = catalog.GOODPUT_LIVE
 SQL_FILES = ("state.sql", "rollups.sql", "faults.sql", "stragglers.sql", "fleet.sql")

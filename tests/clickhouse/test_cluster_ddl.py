@@ -115,8 +115,10 @@ class RecordingServer:
     def query_arrow(self, sql: str, params=None) -> pa.Table:
         if sql.startswith("SELECT name FROM system.merge_tree_settings"):  # ddl.tune_tables: all known
             return pa.table({"name": [n for n in ("merge_selector_base",) if f"'{n}'" in sql]})
-        if sql.startswith("SELECT engine_full FROM system.tables"):  # a table created before its tuning
-            return pa.table({"engine_full": ["ReplicatedMergeTree('...', '{replica}') ORDER BY x"]})
+        if sql.startswith("SELECT name, engine_full FROM system.tables"):  # tables from before the tuning
+            return pa.table(
+                {"name": ["goodput_live_local"], "engine_full": ["ReplicatedMergeTree ORDER BY x"]}
+            )
         assert sql == f"SELECT DISTINCT version FROM {catalog.SCHEMA_MIGRATIONS}", sql
         return pa.table({"version": pa.array([], pa.uint32())})
 
@@ -143,15 +145,17 @@ def test_migrate_on_a_cluster_checks_the_version_then_creates_the_cluster_layout
         else f"INSERT INTO {name}"
         for kind, name in catalog.ROLLUP_TABLES.items()
     ]
-    assert [s.split("VALUES ")[1] for s in rest[15:-1]] == [
+    tuned = len(ddl.TABLE_TUNING)
+    assert [s.split("VALUES ")[1] for s in rest[15:-tuned]] == [
         f"({v}, '{d}')" for v, d in ddl.MIGRATIONS.items()
     ]
     recorded = f"INSERT INTO {catalog.SCHEMA_MIGRATIONS} (version, description)"
-    assert all(s.startswith(recorded) for s in rest[15:-1])
-    assert (
-        rest[-1]
-        == f"ALTER TABLE {catalog.GOODPUT_LIVE}_local ON CLUSTER prod MODIFY SETTING merge_selector_base = 2"
-    )
+    assert all(s.startswith(recorded) for s in rest[15:-tuned])
+    assert rest[-tuned:] == [  # each output table's local table once, ON CLUSTER
+        f"ALTER TABLE {table}_local ON CLUSTER prod MODIFY SETTING merge_selector_base = 2"
+        for table in ddl.TABLE_TUNING
+    ]
+    assert catalog.GOODPUT_LIVE in ddl.TABLE_TUNING and set(catalog.ANALYZER_OUTPUTS) <= set(ddl.TABLE_TUNING)
 
 
 class RecordingCluster(RecordingServer):
