@@ -257,16 +257,17 @@ def settle_merges(store: ChdbStore, quiet_s: float = 2.0, poll_s: float = 0.5) -
         time.sleep(poll_s)
 
 
-def build(path: Path, gpus: int, hours: float) -> dict:
+def build(path: Path, gpus: int, hours: float, now_s: float | None = None) -> dict:
     """Write the bench day into a new store at `path` and return its figures (also in its marker).
 
     The background merges stop while the samples go in and run once all rows are in: merged as they
     arrived, the day's parts were rewritten at each level of the merge tree as it grew, on the cores the
     inserts needed (1,024 GPUs x 24 h: 140 s of inserts, then 19 s of merges, against 73 s and 52 s;
-    docs/performance.md). Which parts remain is the background merges' own choice either way."""
+    docs/performance.md). Which parts remain is the background merges' own choice either way. The day
+    ends an hour before the last whole hour of `now_s` (default: now)."""
     cfg = _config(gpus)
     nodes = _nodes(cfg)
-    now_h = int(time.time()) // 3600 * 3600
+    now_h = int(time.time() if now_s is None else now_s) // 3600 * 3600
     t0_s = now_h - int(hours * 3600) - 3600
     seconds = int(hours * 3600)
     jobs = _jobs(nodes, t0_s, hours)

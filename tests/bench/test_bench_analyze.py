@@ -1,9 +1,11 @@
 """bench/bench_analyze.py writes its day straight into the store by SQL, chunk by chunk in the tables'
 sort order, with a lookup of each gang's running time per chunk: the analysis timed on it only means
 something if the rows are the day it describes (every node-second once, running exactly in the jobs'
-running time), whatever the chunking."""
+running time), whatever the chunking, and across a midnight, where the raw tables' partitions split it."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -11,13 +13,16 @@ from pipeline.chdb_store import ChdbStore
 from tests.bench import bench_module
 
 GPUS, HOURS = 64, 6.0  # one gang, jobs of 1-4 h: several jobs, and six chunks of an hour
+NOW_S = (time.time() - 3 * 3600) // 86_400 * 86_400 + 3 * 3600 + 100
+"""The day ends an hour before the last whole hour: here 02:00 UTC, so its six hours cross a midnight and
+the rows go to two partitions (and the day is recent, inside the time-first copies' 2 days)."""
 
 
 @pytest.fixture(scope="module")
 def bench_day(tmp_path_factory):
     bench = bench_module("bench_analyze")
     path = tmp_path_factory.mktemp("bench") / "store"
-    meta = bench.build(path, GPUS, HOURS)
+    meta = bench.build(path, GPUS, HOURS, now_s=NOW_S)
     store = ChdbStore(path)
     yield bench, meta, store
     store.close()
@@ -43,11 +48,17 @@ def test_every_node_second_once(bench_day):
             "first": meta["t0_ms"],
             "last": meta["end_ms"] - 1000,
         }, table
+    days = store.query_arrow(
+        "SELECT DISTINCT partition FROM system.parts WHERE active AND database = currentDatabase() "
+        "AND table = 'raw_gpu'"
+    )
+    assert days.num_rows == 2
 
 
 def test_running_exactly_in_the_jobs_running_time(bench_day):
     """A GPU reads busy (util 90) in a second of a job's running time, [start + 60 s, end), and 0
-    outside: counted per node against the jobs' own list, which crosses the generator's chunks."""
+    outside: counted per node against the jobs' own list, which crosses the generator's chunks and the
+    midnight."""
     bench, meta, store = bench_day
     nodes = bench._nodes(bench._config(GPUS))
     t0_s, end_s = meta["t0_ms"] // 1000, meta["end_ms"] // 1000
@@ -58,8 +69,10 @@ def test_running_exactly_in_the_jobs_running_time(bench_day):
         for n in j["nodes"]:
             want[n] += max(0, min(j["end"], end_s) - max(j["start"] + 60, t0_s))
     # the edges the lookup must get right: a job ending inside the day (the next starts in its gang),
-    # and running time across a chunk boundary
+    # running time across a chunk boundary, and across the midnight
     assert any(j["end"] < end_s for j in jobs)
+    midnight = (t0_s // 86_400 + 1) * 86_400
+    assert any(j["start"] + 60 < midnight < j["end"] for j in jobs)
     chunk = bench.CHUNK_S
     assert any(
         j["start"] + 60 < t0_s + c * chunk < j["end"] for j in jobs for c in range(1, (end_s - t0_s) // chunk)
