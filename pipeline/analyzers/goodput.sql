@@ -714,8 +714,21 @@ WHERE ratio >= {straggler_min_ratio}  -- the decimal 1 + slowdown: 1 + 0.14 in f
 --    straggler's seconds as noise, as b* then sits at the waiting level. Episodes need
 --    {straggler_min_windows} windows. Each comparison but the noise's is exact, in integers (a mean as its
 --    milli-% sum over its seconds, cross-multiplied; b* and sigma in half keys: run.py's at_healthy_level).
+--    The windows where one can be are found first from the means alone (`spread`), and only theirs are
+--    ranked with the GPUs' names and sums: a sixth of a day's windows pass the slowdown, fewer the noise
+--    band, and ranking every window was 2.6x the time of the statement (bench/bench_analyze.py). Both tests
+--    are necessary conditions of the ones below: the band's is the same expression over the same means,
+--    the slowdown's the exact test's in floats, loosened by 1e-9 (far above their rounding).
 INSERT INTO tmp_straggler_windows
 WITH
+spread AS (
+    SELECT jn, wi FROM (
+        SELECT jn, wi, count() AS gpus, arraySort(groupArray(b)) AS levels, levels[intDiv(gpus + 1, 2)] AS m
+        FROM tmp_run_gpu WHERE jn % {parts} = {part}
+        GROUP BY jn, wi HAVING gpus >= 2)
+    WHERE m > 0 AND levels[-1] * (1 + 1e-9) >= (1 + {straggler_min_slowdown}) * m
+      AND levels[-1] - m > {noise_z} * sqrt(2) * 1.4826 * arraySort(arrayMap(x -> abs(x - m), levels))[toUInt64(intDiv(gpus + 1, 2))]
+),
 per_window AS (
     SELECT r.jn AS jn, r.wi AS wi, any(h.bh) AS bh, any(h.sh) AS sh, count() AS gpus,
            arraySort(x -> (-x.3, x.1, x.2), groupArray((r.nn, r.gpu, r.b, r.n, toInt64(r.bsum)))) AS ranked,
@@ -731,6 +744,7 @@ per_window AS (
            toInt64(top.4) AS live_n, 5 * live_n * bh - top.5 AS short_n  -- the busiest GPU's, for 11's tolerance
     FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.jn = h.jn
     WHERE h.job_id NOT IN (SELECT job_id FROM tmp_step_split) AND r.jn % {parts} = {part}
+      AND (r.jn, r.wi) IN (SELECT jn, wi FROM spread)
     GROUP BY r.jn, r.wi
 )
 SELECT j.job_id AS job_id, wi, 'sm_activity' AS src, toInt64(-1) AS rank, k.node AS node,

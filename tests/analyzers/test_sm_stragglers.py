@@ -143,3 +143,16 @@ def test_gpus_doing_nothing_wait_for_no_one(sc):
     gang(sc, busy=lambda i, g, s: HEALTHY if (i, g) in ((0, 0), (0, 1), (0, 2)) else 0.0)
     assert episodes(sc) == []
     assert sc.cats("j").get("comm_stall", 0.0) == 0.0
+
+
+@pytest.mark.parametrize(("mad", "found"), [(0.476, True), (0.478, False)])
+def test_a_busiest_gpu_just_outside_the_noise_band_straggles(sc, mad, found):
+    """The busiest GPU 3.0 points over the gang's median straggles where the noise band (noise_z x sqrt 2 x
+    1.4826 x the median absolute deviation of the GPUs' window means) is 2.994 points, and is noise where
+    it is 3.007. Seven GPUs whose deviation is set by one a little under the median and three at it: the
+    band's edge is reachable only so, as every GPU within the band of the busiest is on its side (10c)."""
+    levels = (80.0, 81.0, 87.0 - mad, 87.0, 87.0, 87.0, 90.0)
+    gang(sc, nodes=("gpu-core-001",), gpus=7, busy=lambda i, g, s: levels[g])
+    assert [(e["node"], e["gpu"], e["kind"]) for e in episodes(sc)] == (
+        [("gpu-core-001", 6, "persistent")] if found else []
+    )
