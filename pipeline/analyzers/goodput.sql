@@ -800,9 +800,10 @@ CREATE OR REPLACE TABLE tmp_loss ENGINE = {temp_engine} AS
 SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
     SELECT slot, jn, nn, wi, n, bh, sh,
            intDiv({dead_level} + 1999999, 2000000) AS dead_key,  -- the lowest live key
-           toInt64(arrayCount(k -> k < dead_key, keys)) AS n_dead,
+           arrayFilter(k -> k < dead_key, keys) AS dead,  -- one pass over the keys: most windows have none
+           toInt64(length(dead)) AS n_dead,
            toInt64(n) - n_dead AS live_n,
-           toInt64(bsum) - 10 * arraySum(k -> if(k < dead_key, toInt64(k), toInt64(0)), keys) AS live_sum,
+           toInt64(bsum) - 10 * toInt64(arraySum(dead)) AS live_sum,
            5 * live_n * bh - live_sum AS short_n,
            if(live_n = 0 OR {at_healthy_level}, 0.0, least(1.0, short_n / (5 * live_n * bh))) AS l_live,
            (n_dead + live_n * l_live) / n AS l
