@@ -465,7 +465,15 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    as integers (milli-percent); `keys` are the samples' levels at 0.01 %, for the exact quantiles (8, 11):
 --    0-10,000, as the message schema bounds a percent, so UInt16. The job and node numbers ride along from
 --    the pieces, so no join puts the names back (the table: 0.92 -> 0.74 GB on the bench day).
-CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = {temp_engine} AS
+--    Each window of a running piece is first a row per rollup row it meets (tmp_run_hits), then one row
+--    per (job, GPU, window) (tmp_run_gpu). Most need no summing: a rollup row holding all 10 seconds of
+--    its window is the only row of its (node, GPU, window) (`alone`, {gpu_windows}): any other, of another
+--    job tag or in another part, would hold one of those seconds again, which step 3e finds (more rows
+--    than seconds) and sends the node to its raw rows; and a window wholly inside a running piece meets
+--    no other piece of its slot, as a GPU's allocations and a job's segments do not overlap. Only the
+--    other rows (the windows a piece boundary cuts, a job tag changing, seconds missing) are grouped:
+--    a group of every row was 0.6 s of each part's 1.75 s on the bench day (docs/performance.md).
+CREATE OR REPLACE TABLE tmp_run_hits ENGINE = {temp_engine} AS
 WITH
 rolled AS (SELECT * FROM ({gpu_windows})
            WHERE node IN (SELECT node FROM tmp_node_numbers WHERE nn % {parts} = {part})),
@@ -477,7 +485,7 @@ runs AS (  -- each running piece once per stretch of 30 windows it touches: the 
 ),
 hit AS (  -- each window of a running piece, read once: whole inside the piece, or cut by its start or end
     SELECT p.slot AS slot, p.jn AS jn, p.nn AS nn, p.gpu AS gpu, r.wi AS wi,
-           r.ws >= p.o0 AND r.ws + {W} <= p.o1 AS whole,
+           r.ws >= p.o0 AND r.ws + {W} <= p.o1 AS whole, whole AND r.alone AS alone,
            if(whole, r.samples, arrayFilter(x -> r.ws + x.1 >= p.o0 AND r.ws + x.1 < p.o1, r.samples)) AS kept,
            if(whole, r.n, toUInt64(length(kept))) AS n, if(whole, r.bsum, arraySum(x -> x.2, kept)) AS bsum,
            if(whole, r.thr, arrayFold((acc, x) -> bitOr(acc, x.3), kept, toInt64(0))) AS thr,
@@ -485,9 +493,14 @@ hit AS (  -- each window of a running piece, read once: whole inside the piece, 
     FROM rolled AS r INNER JOIN runs AS p ON r.node = p.node AND r.gpu = p.gpu AND intDiv(r.wi, 30) = p.stretch
     WHERE r.ws < p.o1 AND r.ws + {W} > p.o0
 )
+SELECT slot, jn, nn, gpu, wi, n, bsum, thr, keys, alone FROM hit
+;;
+CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = {temp_engine} AS
+SELECT slot, jn, nn, gpu, wi, n, bsum, bsum / n / 1000 AS b, thr, keys FROM tmp_run_hits WHERE alone AND n > 0
+UNION ALL
 SELECT slot, any(jn) AS jn, any(nn) AS nn, any(gpu) AS gpu, wi, sum(n) AS n, sum(bsum) AS bsum,
        bsum / n / 1000 AS b, groupBitOr(thr) AS thr, groupArrayArray(keys) AS keys
-FROM hit
+FROM tmp_run_hits WHERE NOT alone
 GROUP BY slot, wi
 HAVING n > 0
 ;;

@@ -56,6 +56,7 @@ TEMP_TABLES = (
     "tmp_node_numbers",
     "tmp_pieces",
     "tmp_piece_windows",
+    "tmp_run_hits",
     "tmp_run_gpu",
     "tmp_healthy_hist",
     "tmp_healthy",
@@ -281,14 +282,18 @@ the largest clock offset corrected, as the raw rows' reads are), spelt once for 
 
 GPU_WINDOWS = (
     "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
-    "n, bsum, thr, samples FROM {rollup} WHERE cluster = '{cluster}' AND {rollups} "
+    "n, bsum, thr, samples, {W} = {R_MS} AND bitCount(seconds) = {R_S} AS alone "
+    "FROM {rollup} WHERE cluster = '{cluster}' AND {rollups} "
     "AND node NOT IN (SELECT node FROM tmp_raw_gpu_nodes) AND {span} "
     "UNION ALL "
     "SELECT node, gpu, toInt64(toUnixTimestamp(window_start)) * 1000 AS ws, intDiv(ws, {W}) AS wi, "
-    "n, bsum, thr, samples FROM ({raw})"
+    "n, bsum, thr, samples, toUInt8(0) AS alone FROM ({raw})"
 )
 """{gpu_windows}: the GPU rows of the run's allocations as rollup rows (10 s) or, for step 3e's nodes, the
-same sums over their raw rows (per window of W); `ws` is the row's window start (ms), `wi` its window of W."""
+same sums over their raw rows (per window of W); `ws` is the row's window start (ms), `wi` its window of W.
+`alone`: a rollup row that holds every second of its window of W, so no other row of its (node, GPU,
+window) is read (step 3e's check: any other would repeat one of its seconds); never a raw row's, whose
+job tags may each hold a sample of the same second."""
 
 
 NIC_ROLLUP_PORTS = (
@@ -345,7 +350,9 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     out: dict[str, str] = {}
     if kind == "gpu":
         out["rollup_gpu"] = catalog.ROLLUP_TABLES[kind]
-        out["gpu_windows"] = temp_names(GPU_WINDOWS.format(**common), run_id)
+        out["gpu_windows"] = temp_names(
+            GPU_WINDOWS.format(R_MS=ddl.R_MS, R_S=ddl.R_MS // 1000, **common), run_id
+        )
     elif kind == "nic":
         columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
         whole = int(params["W"]) == ddl.R_MS
