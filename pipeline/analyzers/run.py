@@ -441,13 +441,15 @@ def recent_covers(store: Store, from_ms: int) -> bool:
     return covers
 
 
-ROWS_PER_PART = 3_000_000
+ROWS_PER_PART = 10_000_000
 """The rows of allocated time per (job, GPU, window) (tmp_piece_windows) that one part of goodput.sql's
 widest statements takes. Each statement naming {part} runs once per part, over the nodes or jobs whose
 number is {part} modulo {parts}: its hash tables then hold one part's keys, not the run's, and the run's
-peak memory is the tables kept plus one part's working set (docs/performance.md: on the bench day, 8.7 M
-rows in 3 parts, peak RSS 1.39-1.56 GB with `TEMP_ENGINE`'s compression; 5 parts of 2 M rows took
-~1 s more for 1.20-1.26 GB, 1 part ~1 s less for 2.4 GB). A run of fewer rows is one part."""
+peak memory is the tables kept plus one part's working set. But each part also reads the whole of the
+temp tables it joins (a Memory table has no index to skip the other parts' rows), so fewer parts cost
+less time. On the bench day (docs/performance.md), 8.8 M rows: one part since step 7 stopped grouping
+every window, 14.3-15.0 s and a peak RSS of 1.71-1.72 GB, against 16.0-18.7 s and 1.28-1.34 GB in 3 parts
+of 3 M rows (2 parts: 15.7-16.8 s, 1.38-1.52 GB). A run of fewer rows is one part."""
 
 TEMP_ENGINE = "Memory SETTINGS compress = 1"
 """The engine of the analyzers' temp tables ({temp_engine} in the SQL files): in memory, as they live for
