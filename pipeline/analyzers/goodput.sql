@@ -424,7 +424,7 @@ WHERE s0 < s1
 -- 5. Slots: one number per (job, node, GPU) the run allocates, in their order, with its job's number (jn)
 --    and its node's (nn). The tables with a row per (job, GPU, window) are grouped and joined on these
 --    integers: they hash about six times faster than the job id and node names (measured on the bench
---    day: bench/bench_analyze.py). tmp_pieces carries the names too; tmp_piece_windows, tmp_run_gpu,
+--    day: bench/bench_analyze.py). tmp_pieces carries the names too; tmp_piece_windows, tmp_run_hits,
 --    tmp_loss, tmp_run_split and tmp_classified only the numbers (and the GPU index), and the names are
 --    looked up where they are needed (8, 10, 10c, 11b, 13, stragglers.sql). Their strings (phase, category,
 --    reasons) are LowCardinality: a few distinct values, '' in most rows, so a byte a row and a dictionary
@@ -465,14 +465,17 @@ ARRAY JOIN range(toInt64(intDiv(o0, {W})), toInt64(intDiv(o1 - 1, {W}) + 1)) AS 
 --    as integers (milli-percent); `keys` are the samples' levels at 0.01 %, for the exact quantiles (8, 11):
 --    0-10,000, as the message schema bounds a percent, so UInt16. The job and node numbers ride along from
 --    the pieces, so no join puts the names back (the table: 0.92 -> 0.74 GB on the bench day).
---    Each window of a running piece is first a row per rollup row it meets (tmp_run_hits), then one row
---    per (job, GPU, window) (tmp_run_gpu). Most need no summing: a rollup row holding all 10 seconds of
---    its window is the only row of its (node, GPU, window) (`alone`, {gpu_windows}): any other, of another
---    job tag or in another part, would hold one of those seconds again, which step 3e finds (more rows
---    than seconds) and sends the node to its raw rows; and a window wholly inside a running piece meets
---    no other piece of its slot, as a GPU's allocations and a job's segments do not overlap. Only the
---    other rows (the windows a piece boundary cuts, a job tag changing, seconds missing) are grouped:
---    a group of every row was 0.6 s of each part's 1.75 s on the bench day (docs/performance.md).
+--    Each window of a running piece is a row per rollup row it meets (tmp_run_hits); the readers that
+--    need one row per (job, GPU, window) read them through {run_gpu} (run.py RUN_GPU), which sums only
+--    the windows that need it. Most do not: a rollup row holding all 10 seconds of its window is the only
+--    row of its (node, GPU, window) (`alone`, {gpu_windows}): any other, of another job tag or in another
+--    part, would hold one of those seconds again, which step 3e finds (more rows than seconds) and sends
+--    the node to its raw rows; and a window wholly inside a running piece meets no other piece of its
+--    slot, as a GPU's allocations and a job's segments do not overlap. Only the other rows (the windows a
+--    piece boundary cuts, a job tag changing, seconds missing: 1.4 % on the bench day) are grouped. A
+--    group of every row was 0.6 s of each part's 1.75 s on the bench day, and a table of the summed rows
+--    0.55-0.60 s more to write (docs/performance.md); the readers that only sum per job or window read
+--    the rows themselves (8, 10, 10c's episodes).
 CREATE OR REPLACE TABLE tmp_run_hits ENGINE = {temp_engine} AS
 WITH
 rolled AS (SELECT * FROM ({gpu_windows})
@@ -495,15 +498,6 @@ hit AS (  -- each window of a running piece, read once: whole inside the piece, 
 )
 SELECT slot, jn, nn, gpu, wi, n, bsum, thr, keys, alone FROM hit
 ;;
-CREATE OR REPLACE TABLE tmp_run_gpu ENGINE = {temp_engine} AS
-SELECT slot, jn, nn, gpu, wi, n, bsum, bsum / n / 1000 AS b, thr, keys FROM tmp_run_hits WHERE alone AND n > 0
-UNION ALL
-SELECT slot, any(jn) AS jn, any(nn) AS nn, any(gpu) AS gpu, wi, sum(n) AS n, sum(bsum) AS bsum,
-       bsum / n / 1000 AS b, groupBitOr(thr) AS thr, groupArrayArray(keys) AS keys
-FROM tmp_run_hits WHERE NOT alone
-GROUP BY slot, wi
-HAVING n > 0
-;;
 -- 8. Each job's healthy level b*, from its own one-second running samples (seconds, not windows: a
 --    job stalled most of the time still has productive seconds that show its level), exact on the 0.01 %
 --    histogram: first p = the {healthy_quantile} quantile (the sample of rank ceil(q n)); the seconds at
@@ -522,12 +516,12 @@ FROM (
            ks[arrayFirstIndex(x -> x >= toUInt64(ceil(round({healthy_quantile} * n, 6))), cs)] AS p,
            arrayFirstIndex(k -> k * 1000000 >= {healthy_cutoff_ppm} * p, ks) AS i0, t.sum_b AS sum_b, t.n_all AS n_all
     FROM (SELECT jn, arraySort(groupArray((key, c))) AS h, arrayMap(x -> x.1, h) AS ks, arrayMap(x -> x.2, h) AS c0
-          FROM (SELECT jn, key, count() AS c FROM tmp_run_gpu ARRAY JOIN keys AS key
+          FROM (SELECT jn, key, count() AS c FROM tmp_run_hits ARRAY JOIN keys AS key
                 WHERE jn NOT IN (SELECT k.jn FROM tmp_job_numbers AS k INNER JOIN tmp_carried AS c
                                      ON k.job_id = c.job_id WHERE c.bh > 0)
                 GROUP BY jn, key)
           GROUP BY jn) AS h
-    INNER JOIN (SELECT jn, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_gpu GROUP BY jn) AS t ON h.jn = t.jn
+    INNER JOIN (SELECT jn, sum(bsum) AS sum_b, sum(n) AS n_all FROM tmp_run_hits GROUP BY jn) AS t ON h.jn = t.jn
     INNER JOIN tmp_job_numbers AS k ON h.jn = k.jn
 )
 ;;
@@ -640,7 +634,7 @@ SETTINGS join_use_nulls = 1
 CREATE OR REPLACE TABLE tmp_stragglers ENGINE = {temp_engine} AS
 SELECT j.job_id AS job_id, s.jn AS jn, s.wi AS wi, concat('straggler ', k.node, ' GPU ', toString(s.first.2)) AS why
 FROM (SELECT jn, wi, arraySort(groupArray((nn, gpu)))[1] AS first  -- nn: in node order
-      FROM tmp_run_gpu WHERE bitAnd(thr, {straggler_mask}) != 0 GROUP BY jn, wi) AS s
+      FROM tmp_run_hits WHERE bitAnd(thr, {straggler_mask}) != 0 GROUP BY jn, wi) AS s
 INNER JOIN tmp_job_numbers AS j ON s.jn = j.jn
 INNER JOIN tmp_node_numbers AS k ON s.first.1 = k.nn
 ;;
@@ -739,7 +733,7 @@ WITH
 spread AS (
     SELECT jn, wi FROM (
         SELECT jn, wi, count() AS gpus, arraySort(groupArray(b)) AS levels, levels[intDiv(gpus + 1, 2)] AS m
-        FROM tmp_run_gpu WHERE jn % {parts} = {part}
+        FROM ({run_gpu}) WHERE jn % {parts} = {part}
         GROUP BY jn, wi HAVING gpus >= 2)
     WHERE m > 0 AND levels[-1] * (1 + 1e-9) >= (1 + {straggler_min_slowdown}) * m
       AND levels[-1] - m > {noise_z} * sqrt(2) * 1.4826 * arraySort(arrayMap(x -> abs(x - m), levels))[toUInt64(intDiv(gpus + 1, 2))]
@@ -757,7 +751,7 @@ per_window AS (
                             OR 2 * toInt128(x.5) * top.4 * med.4 > (toInt128(top.5) * med.4 + toInt128(med.5) * top.4) * x.4,
                        ranked) AS busy,
            toInt64(top.4) AS live_n, 5 * live_n * bh - top.5 AS short_n  -- the busiest GPU's, for 11's tolerance
-    FROM tmp_run_gpu AS r INNER JOIN tmp_healthy AS h ON r.jn = h.jn
+    FROM ({run_gpu}) AS r INNER JOIN tmp_healthy AS h ON r.jn = h.jn
     WHERE h.job_id NOT IN (SELECT job_id FROM tmp_step_split) AND r.jn % {parts} = {part}
       AND (r.jn, r.wi) IN (SELECT jn, wi FROM spread)
     GROUP BY r.jn, r.wi
@@ -794,7 +788,7 @@ FROM (
 INNER JOIN (SELECT job_id, 'steps' AS src, uniqExact(wi) AS windows FROM tmp_step_split GROUP BY job_id
             UNION ALL
             SELECT k.job_id, 'sm_activity', r.windows
-            FROM (SELECT jn, uniqExact(wi) AS windows FROM tmp_run_gpu GROUP BY jn) AS r
+            FROM (SELECT jn, uniqExact(wi) AS windows FROM tmp_run_hits WHERE n > 0 GROUP BY jn) AS r
             INNER JOIN tmp_job_numbers AS k ON r.jn = k.jn) AS j
     ON e.job_id = j.job_id AND e.src = j.src
 ;;
@@ -822,7 +816,7 @@ SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
            5 * live_n * bh - live_sum AS short_n,
            if(live_n = 0 OR {at_healthy_level}, 0.0, least(1.0, short_n / (5 * live_n * bh))) AS l_live,
            (n_dead + live_n * l_live) / n AS l
-    FROM tmp_run_gpu AS r INNER JOIN (SELECT jn, bh, sh FROM tmp_healthy) AS h ON r.jn = h.jn
+    FROM ({run_gpu}) AS r INNER JOIN (SELECT jn, bh, sh FROM tmp_healthy) AS h ON r.jn = h.jn
 )
 ;;
 -- 11a. Each (job, node)'s evidence level while healthy: the (lower) median strength of each kind over the

@@ -57,7 +57,6 @@ TEMP_TABLES = (
     "tmp_pieces",
     "tmp_piece_windows",
     "tmp_run_hits",
-    "tmp_run_gpu",
     "tmp_healthy_hist",
     "tmp_healthy",
     "tmp_node_storage",
@@ -294,6 +293,20 @@ same sums over their raw rows (per window of W); `ws` is the row's window start 
 `alone`: a rollup row that holds every second of its window of W, so no other row of its (node, GPU,
 window) is read (step 3e's check: any other would repeat one of its seconds); never a raw row's, whose
 job tags may each hold a sample of the same second."""
+
+
+RUN_GPU = (
+    "SELECT slot, jn, nn, gpu, wi, n, bsum, bsum / n / 1000 AS b, thr, keys FROM tmp_run_hits "
+    "WHERE alone AND n > 0 "
+    "UNION ALL "
+    "SELECT slot, any(jn) AS jn, any(nn) AS nn, any(gpu) AS gpu, wi, sum(n) AS n, sum(bsum) AS bsum, "
+    "bsum / n / 1000 AS b, groupBitOr(thr) AS thr, groupArrayArray(keys) AS keys FROM tmp_run_hits "
+    "WHERE NOT alone GROUP BY slot, wi HAVING n > 0"
+)
+"""{run_gpu}: goodput.sql step 7's GPU busy level, one row per (job, GPU, window) with samples: the rows
+of `tmp_run_hits` alone in their window as they are, the others summed per window (goodput.sql 7). Read
+where a reader needs one row per window (10c, 11); computed on each read, as the rows to sum are few and
+a table of the result cost more to write than the reads cost to repeat."""
 
 
 NIC_ROLLUP_PORTS = (
@@ -691,6 +704,7 @@ def _run(
     params["delete_windows"] = params["delete_from"][params["windows_table"]]
     params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
     params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
+    params["run_gpu"] = temp_names(RUN_GPU, run_id)
     recent = live and params["rollups"] == "1" and recent_covers(store, int(params["live_from"]))
     params["recent"] = "1" if recent else "0"
     for kind in catalog.ROLLUP_TABLES:  # {<kind>_rollup_read}: where the run reads the span's rollup rows

@@ -98,7 +98,7 @@ def test_a_run_drops_each_temp_table_after_the_last_statement_naming_it(sc):
     analyzers.run(watching, sc.cfg, ms(0), ms(300))
     assert sc.dump() == alone
     alive = dict(watching.seen)
-    assert {"tmp_run_gpu", "tmp_loss", "tmp_node_evidence"}.isdisjoint(alive["INSERT goodput_windows"])
+    assert {"tmp_run_hits", "tmp_loss", "tmp_node_evidence"}.isdisjoint(alive["INSERT goodput_windows"])
     assert {"tmp_classified", "tmp_run_split", "tmp_events", "tmp_span"} <= alive["INSERT goodput_windows"]
     # a row per (job, node), not per window: state.sql keeps it for the live runs (job_state)
     assert "tmp_evidence_base" in alive["INSERT goodput_windows"]
@@ -136,7 +136,7 @@ def test_every_temp_table_is_kept_in_memory_compressed(sc):
     small_job(sc)
     engines = Engines(sc.store)
     analyzers.run(engines, sc.cfg, ms(0), ms(300))
-    widest = {"tmp_run_gpu", "tmp_loss", "tmp_run_split", "tmp_piece_windows", "tmp_idle_gaps"}
+    widest = {"tmp_run_hits", "tmp_loss", "tmp_run_split", "tmp_piece_windows", "tmp_idle_gaps"}
     assert widest <= set(engines.seen)
     assert {t: e for t, e in engines.seen.items() if e != "Memory SETTINGS compress = 1"} == {}
 
@@ -147,7 +147,7 @@ def test_a_live_runs_temp_tables_are_kept_uncompressed(sc):
     analyzers.run(sc.store, sc.cfg, ms(0), ms(300))
     engines = Engines(sc.store)
     analyzers.run_live(engines, sc.cfg, ms(120))  # its last 80 s
-    assert {"tmp_run_gpu", "tmp_loss", "tmp_run_split", "tmp_piece_windows"} <= set(engines.seen)
+    assert {"tmp_run_hits", "tmp_loss", "tmp_run_split", "tmp_piece_windows"} <= set(engines.seen)
     assert {t: e for t, e in engines.seen.items() if e != "Memory"} == {}
     assert sc.store.query_arrow("SELECT count() AS n FROM goodput_live").column("n")[0].as_py() > 0
 

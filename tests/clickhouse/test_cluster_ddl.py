@@ -237,8 +237,8 @@ def test_a_live_run_on_a_cluster_replaces_only_its_windows_of_goodput_live():
     live = [s for s in destructive if DESTRUCTIVE.match(s)[2] == catalog.GOODPUT_LIVE + ddl.LOCAL_SUFFIX]
     assert len(live) == 2 and all("window_start >= toDateTime(intDiv(3000000, 1000))" in s for s in live)
     assert any(s.startswith(f"INSERT INTO {catalog.GOODPUT_LIVE} (cluster,") for s in store.statements)
-    run_gpu = next(s for s in store.statements if s.startswith("CREATE OR REPLACE TABLE tmp_run_gpu_"))
-    assert f"FROM {catalog.ROLLUP_RECENT['gpu']} WHERE" in run_gpu  # the Distributed copy, as the rollup
+    run_hits = next(s for s in store.statements if s.startswith("CREATE OR REPLACE TABLE tmp_run_hits_"))
+    assert f"FROM {catalog.ROLLUP_RECENT['gpu']} WHERE" in run_hits  # the Distributed copy, as the rollup
     assert not any(
         f"INTO {catalog.GOODPUT_WINDOWS} " in s or f"INTO {catalog.JOB_STATE} " in s for s in store.statements
     )
