@@ -570,6 +570,9 @@ WHERE c.bh > 0
 --    A node's read rate divides by its distinct sample times over its mounts: the window's times gathered
 --    in one array and counted distinct (a window holds a few dozen): a uniqExact hash set per node and
 --    window took 1.5x the time (0.27 against 0.18 s a part on the bench day), a set's array 2.4x.
+--    What 11b's reasons say is kept as numbers (which signal of each kind is strongest, the pool's share
+--    of its ceiling, the I/O pressure), and 11b writes the words only for the seconds it loses: carried
+--    as strings through 11b's join of every running window, the two reasons cost 0.3 s on the bench day.
 CREATE OR REPLACE TABLE tmp_node_storage ENGINE = {temp_engine} AS
 SELECT node, wi,
        sumIf(read_sum, source IN ('nfs', 'lustre'))
@@ -606,17 +609,12 @@ net AS (
     UNION ALL
     SELECT node, wi, xmit_wait, ecn, cnp, line_frac FROM ({nic_raw_windows})
 )
-SELECT node, nn, wi, toInt64(round(least(greatest(s_pool, s_psi), 1e12) * 1000000)) AS s_d,
+SELECT nn, wi, toInt64(round(least(greatest(s_pool, s_psi), 1e12) * 1000000)) AS s_d,
        toInt64(round(least(greatest(s_congestion, s_line), 1e12) * 1000000)) AS s_c,
-       toLowCardinality(
-           if(s_pool >= s_psi,
-              concat('storage of pool ', pool, ' at ', toString(round(pool_ratio * 100)), '% of its ceiling'),
-              concat('I/O pressure ', toString(round(psi)), '% on ', node))) AS storage_why,
-       toLowCardinality(if(s_congestion >= s_line, concat('fabric congestion at ', node),
-                           concat('NIC line rate at ', node))) AS net_why
+       s_pool >= s_psi AS by_pool, round(pool_ratio * 100) AS pool_pct, round(psi) AS psi_pct,
+       s_congestion >= s_line AS by_congestion
 FROM (
     SELECT coalesce(s.node, n.node) AS node, ifNull(k.nn, toUInt32(0)) AS nn, coalesce(s.wi, n.wi) AS wi,
-           ifNull(d.pool, '') AS pool,
            ifNull(ps.ratio, 0) AS pool_ratio, ifNull(s.psi, 0) AS psi,
            if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= {storage_reader_fraction} * ps.mean_read,
               pool_ratio / {storage_saturation}, 0) AS s_pool,
@@ -861,10 +859,16 @@ INSERT INTO tmp_evidence_base SELECT jn, nn, base_d, base_c, toUInt8(1) FROM tmp
 --    window the job's steps cover (a trace of step times alone, an agent without NVML) is classified by
 --    the steps, l = their wait; only with neither is it "no data" (12).
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = {temp_engine} AS  -- only what 12 and stragglers.sql read
+WITH (SELECT (groupArray(k.nn), groupArray(k.node), groupArray(d.pool))  -- in the reasons (9)
+      FROM tmp_node_numbers AS k LEFT JOIN dim_nodes AS d ON k.node = d.node) AS names
 SELECT jn, nn, wi, secs, no_data, l, p_data, p_comm, p_idle,
        toLowCardinality(if(l = 0 OR p_data = 0, '',  -- the reasons of the seconds lost only: most are not
           if(by_steps, concat('step events of ', toString(ranks), ' ranks: data wait'),
-             concat(storage_why, if(s_d < 1000000, concat(' (', toString(round(s_d / 10000)),
+             concat(if(NOT e_hit, '',
+                       if(by_pool, concat('storage of pool ', transform(nn, names.1, names.3, ''), ' at ',
+                                          toString(pool_pct), '% of its ceiling'),
+                          concat('I/O pressure ', toString(psi_pct), '% on ', transform(nn, names.1, names.2, '')))),
+                    if(s_d < 1000000, concat(' (', toString(round(s_d / 10000)),
                     '% of its threshold, risen with the stall)'), ''))))) AS d_why,
        toLowCardinality(multiIf(l = 0 OR p_comm = 0, '',
           blamed AND step_episode,
@@ -874,7 +878,9 @@ SELECT jn, nn, wi, secs, no_data, l, p_data, p_comm, p_idle,
           blamed, concat('straggler ', sg_node, if(sg_gpu >= 0, concat(' GPU ', toString(sg_gpu)), ''),
                          ' (', toString(round((sg_ratio - 1) * 100, 1)), '% busier than its gang)'),
           st_why != '', st_why,
-          concat(net_why, if(s_c < 1000000, concat(' (', toString(round(s_c / 10000)),
+          concat(if(NOT e_hit, '', concat(if(by_congestion, 'fabric congestion at ', 'NIC line rate at '),
+                                           transform(nn, names.1, names.2, ''))),
+                 if(s_c < 1000000, concat(' (', toString(round(s_c / 10000)),
                  '% of its threshold, risen with the stall)'), '')))) AS c_why,
        blamed, episode
 FROM (  -- in layers, each reading the columns of the one below: as aliases of one SELECT, each use of a
@@ -903,15 +909,16 @@ FROM (  -- in layers, each reading the columns of the one below: as aliases of o
                    sg.rank AS sg_rank, sg.ratio AS sg_ratio,
                    ifNull(sp.f_data, 0) AS f_data,
                    multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
-                   ifNull(e.s_d, 0) AS s_d, ifNull(e.s_c, 0) AS e_s_c, ifNull(e.storage_why, '') AS storage_why,
-                   ifNull(e.net_why, '') AS net_why, st.why AS st_why, b.known AS known, b.base_d AS base_d,
-                   b.base_c AS base_c
+                   ifNull(e.s_d, 0) AS s_d, ifNull(e.s_c, 0) AS e_s_c, e.e_hit AS e_hit, e.by_pool AS by_pool,
+                   e.pool_pct AS pool_pct, e.psi_pct AS psi_pct, e.by_congestion AS by_congestion,
+                   st.why AS st_why, b.known AS known, b.base_d AS base_d, b.base_c AS base_c
             FROM (SELECT k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn, p.wi AS wi, p.secs AS secs
                   FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot
                   WHERE p.phase = 'run' AND p.nn % {parts} = {part}) AS w
             LEFT JOIN (SELECT slot, wi, sampled, l FROM tmp_loss WHERE nn % {parts} = {part}) AS g
                 ON w.slot = g.slot AND w.wi = g.wi
-            LEFT JOIN (SELECT * FROM tmp_node_evidence WHERE nn % {parts} = {part}) AS e ON w.nn = e.nn AND w.wi = e.wi
+            LEFT JOIN (SELECT nn, wi, s_d, s_c, by_pool, pool_pct, psi_pct, by_congestion, toUInt8(1) AS e_hit
+                       FROM tmp_node_evidence WHERE nn % {parts} = {part}) AS e ON w.nn = e.nn AND w.wi = e.wi
             LEFT JOIN (SELECT * FROM tmp_evidence_base WHERE nn % {parts} = {part}) AS b ON w.jn = b.jn AND w.nn = b.nn
             LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
             LEFT JOIN (SELECT k.jn AS jn, s.* FROM tmp_step_split AS s
