@@ -614,7 +614,7 @@ SELECT nn, wi, toInt64(round(least(greatest(s_pool, s_psi), 1e12) * 1000000)) AS
        s_pool >= s_psi AS by_pool, round(pool_ratio * 100) AS pool_pct, round(psi) AS psi_pct,
        s_congestion >= s_line AS by_congestion
 FROM (
-    SELECT coalesce(s.node, n.node) AS node, ifNull(k.nn, toUInt32(0)) AS nn, coalesce(s.wi, n.wi) AS wi,
+    SELECT ifNull(k.nn, toUInt32(0)) AS nn, coalesce(s.wi, n.wi) AS wi,
            ifNull(ps.ratio, 0) AS pool_ratio, ifNull(s.psi, 0) AS psi,
            if(ifNull(s.read_rate, 0) > 0 AND ifNull(s.read_rate, 0) >= {storage_reader_fraction} * ps.mean_read,
               pool_ratio / {storage_saturation}, 0) AS s_pool,
