@@ -698,8 +698,8 @@ def rollup_views(cluster: str | None = None) -> list[str]:
 
 def backfill_recent(store: Store) -> None:
     """Copies each rollup's last RECENT_TTL_DAYS into its time-first copy (catalog.ROLLUP_RECENT), for a
-    store from before version 4. A batch inserted while this runs may reach a copy twice, which a live
-    run's duplicate check finds there as it finds a batch stored twice (analyzers.run recent_covers).
+    store from before version 4. A batch inserted while this runs may reach a copy twice, which the
+    analyzers' duplicate check finds there as it finds a batch stored twice (analyzers.run copies_from).
     Emptied first, so a migration cut short and run again copies once."""
     for kind, recent in catalog.ROLLUP_RECENT.items():
         store.execute(f"TRUNCATE TABLE {delete_target(store, recent) or recent}")

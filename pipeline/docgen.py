@@ -343,10 +343,13 @@ rollup sorted by node and device holds some device's last minutes in every granu
 the last 10 minutes read the whole day's columns (10,240 GPUs: the GPU samples 0.6 s for a 1 h store, 3.1 s
 for a 4 h one; docs/performance.md "Live runs"). A live run reads the copies when they cover its minutes
 (version 4 recorded, so the last days were copied, and minutes within the 2 days they keep;
-`pipeline.analyzers.run.recent_covers`), the rollups themselves otherwise: the same rows either way. A
-batch that a migration copies twice (inserted while it copies) shows in a copy as more rows than seconds,
-the duplicate check the analyzers already run, which reads that node's raw rows. Whole runs read the
-rollups. The copies make an insert 1.1-1.5x as long (bench/bench_ingest.py) and store the
+`pipeline.analyzers.run.copies_from`, `recent_covers`), the rollups themselves otherwise: the same rows
+either way. A batch that a migration copies twice (inserted while it copies) shows in a copy as more rows
+than seconds, the duplicate check the analyzers already run, which reads that node's raw rows. Whole runs
+read the rollups, except the NIC rollup's windows its copy holds, which every run reads `FINAL` from the
+copy (`pipeline.analyzers.run.nic_rollup_rows`): a rollup's parts each span every port and so all meet in
+the merge `FINAL` does, while the copy's parts meet only where their minutes do (the bench day's NIC read
+0.9-1.1 s against 1.7-2.0 s). The copies make an insert 1.1-1.5x as long (bench/bench_ingest.py) and store the
 rollups' bytes again for 2 days. `migrate` creates them and copies the rollups' last 2 days into them
 (`pipeline.ddl.backfill_recent`), recording version 4 when that is done; nothing existing changed.
 

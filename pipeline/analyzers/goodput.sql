@@ -320,7 +320,9 @@ SETTINGS join_use_nulls = 1
 --     GPU check groups the minutes' windows in a hash instead (no FINAL: the sums of a window's rows
 --     across parts and job tags are FINAL's), 0.25-0.36 s against 0.35-0.77 s at 10,240 GPUs.
 --     The NIC rollup is read once, for this check and for step 9: its fabric signals per (node, window),
---     with whether a port's window was stored twice (tmp_nic_windows, run.py NIC_WINDOWS).
+--     with whether a port's window was stored twice (tmp_nic_windows, run.py NIC_WINDOWS); in every run
+--     from the time-first copy for the windows it holds, whose parts FINAL need not merge with each other
+--     (run.py nic_rollup_rows).
 CREATE OR REPLACE TABLE tmp_raw_gpu_nodes ENGINE = {temp_engine} AS
 SELECT node FROM tmp_clock
 UNION DISTINCT

@@ -312,13 +312,39 @@ a table of the result cost more to write than the reads cost to repeat."""
 NIC_ROLLUP_PORTS = (
     "SELECT node, device, port, wi, {columns}, {twice} AS stored_twice FROM ("
     "SELECT *, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, "
-    "rows > bitCount(seconds) AS twice "
-    "FROM {rollup} FINAL WHERE cluster = '{cluster}' AND {rollups} AND {span}) {group}"
+    "rows > bitCount(seconds) AS twice FROM ({rows})) {group}"
 )
-"""A NIC port's sums per window of W from its rollup, every node's (step 3e has not chosen yet), read
-FINAL: its parts merged per port and 10 s as they are read, in sort order, which costs half a GROUP BY
-of the 9 M keys of a day, and leaves one row per key for step 3e's check (more rows than seconds: a
-batch stored twice). A longer window sums its 10 s rows per port."""
+"""A NIC port's sums per window of W from its rollup ({rows}: `nic_rollup_rows`), every node's (step 3e
+has not chosen yet), one row per port and 10 s for step 3e's check (more rows than seconds: a batch stored
+twice). A longer window sums its 10 s rows per port."""
+
+NIC_ROLLUP_ROWS = "SELECT * FROM {table} FINAL WHERE cluster = '{cluster}' AND {rollups} AND {span}{since}"
+
+
+def nic_rollup_rows(params: dict, since: int | None) -> str:
+    """The NIC rollup's rows of the span, read FINAL: their parts merged per key as they are read, in sort
+    order (half the CPU of grouping the 9 M keys of a day), where the key is step 3e's check's. The
+    windows from `since` (`copies_from`) come from the rollup's time-first copy (catalog.ROLLUP_RECENT),
+    which holds the same rows: FINAL merges only the parts whose key ranges meet, and the rollup's parts
+    (sorted by node, device, window) each span every port, so each meets all the others of its day, while
+    the copy's, written at different times, meet where their minutes do. On the bench day (1,024 GPUs, its
+    day in 3 parts) `tmp_nic_windows` takes 0.90-1.14 s against 1.74-2.05 s, the same rows
+    (docs/performance.md). The storage rollup's FINAL read (3e) took as long from its copy: it stays."""
+    one = functools.partial(
+        NIC_ROLLUP_ROWS.format,
+        cluster=params["cluster"],
+        rollups=params["rollups"],
+        span=params["rollup_span"],
+    )
+    rollup, copy = catalog.ROLLUP_TABLES["nic"], catalog.ROLLUP_RECENT["nic"]
+    if since is None:
+        return one(table=rollup, since="")
+    at = f"toDateTime({-(-since // 1000)}, 'UTC')"  # DateTime is in seconds: the first one held
+    return (
+        f"{one(table=copy, since=f' AND window_start >= {at}')} UNION ALL "
+        f"{one(table=rollup, since=f' AND window_start < {at}')}"
+    )
+
 
 NIC_RAW_PORTS = (
     "SELECT node, device, port, intDiv(toInt64(toUnixTimestamp(window_start)) * 1000, {W}) AS wi, "
@@ -340,9 +366,10 @@ ports' integer sums, so any merge order of the rollup's parts gives the same num
 reads the rollup once, for both step 3e's check and step 9; {nic_raw_windows} the raw rows of 3e's nodes."""
 
 
-def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
+def rollup_params(kind: str, params: dict, run_id: str, since: int | None) -> dict[str, str]:
     """What goodput.sql reads of `kind` from both sources, its rollup (or in a live run its time-first
-    copy: {<kind>_rollup_read}) and, for step 3e's nodes, the rollup's sums over their raw rows
+    copy: {<kind>_rollup_read}; the NIC rollup's windows from `since` in the copy: `nic_rollup_rows`)
+    and, for step 3e's nodes, the rollup's sums over their raw rows
     (ddl.rollup_select, per window of W): {gpu_windows} in one shape of row from both, {nic_rollup_windows}
     and {nic_raw_windows} (per node and window), and {raw_storage_windows} (the storage step adds its
     rollup rows itself); and {rollup_gpu}, the GPU rollup itself, which steps 3 and 3a read by job over
@@ -355,7 +382,6 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     )
     raw = temp_names(ddl.rollup_select(kind, f"({source})", int(params["W"])), run_id)
     common = {
-        "rollup": params[f"{kind}_rollup_read"],
         "raw": raw,
         "span": params["rollup_span"],
         **{k: params[k] for k in ("cluster", "rollups", "W")},
@@ -364,7 +390,10 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
     if kind == "gpu":
         out["rollup_gpu"] = catalog.ROLLUP_TABLES[kind]
         out["gpu_windows"] = temp_names(
-            GPU_WINDOWS.format(R_MS=ddl.R_MS, R_S=ddl.R_MS // 1000, **common), run_id
+            GPU_WINDOWS.format(
+                rollup=params["gpu_rollup_read"], R_MS=ddl.R_MS, R_S=ddl.R_MS // 1000, **common
+            ),
+            run_id,
         )
     elif kind == "nic":
         columns = ["rows"] + [c for c, _, _ in ddl.ROLLUP_COLUMNS[kind]]
@@ -373,6 +402,7 @@ def rollup_params(kind: str, params: dict, run_id: str) -> dict[str, str]:
             columns=", ".join(columns if whole else (f"sum({c}) AS {c}" for c in columns)),
             twice="twice" if whole else "max(twice)",
             group="" if whole else "GROUP BY node, device, port, wi",
+            rows=nic_rollup_rows(params, since),
             **common,
         )
         raw_ports = NIC_RAW_PORTS.format(columns=", ".join(columns), **common)
@@ -393,14 +423,32 @@ _COPIED = (
     f"(SELECT count() FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4) AS copied, "
     "toInt64(toUnixTimestamp(now())) * 1000 AS now_ms"
 )
-"""What `_copies_hold` needs to know, as columns of a read: whether `migrate` copied the rollups' last days
+"""What `_copies_from` needs to know, as columns of a read: whether `migrate` copied the rollups' last days
 into their time-first copies (version 4 recorded), and the store's clock."""
 
 
-def _copies_hold(row: dict, from_ms: int) -> bool:
-    """Whether the time-first copies hold every rollup row from `from_ms` on, given `_COPIED`'s columns:
-    copied, and `from_ms` within the ddl.RECENT_TTL_DAYS they keep."""
-    return row["copied"] > 0 and from_ms >= row["now_ms"] - ddl.RECENT_TTL_DAYS * 86_400_000
+def _copies_from(row: dict) -> int | None:
+    """The first instant (epoch ms) from which the time-first copies hold every rollup row, given
+    `_COPIED`'s columns: the ddl.RECENT_TTL_DAYS they keep before the store's clock, once copied; None
+    before."""
+    return int(row["now_ms"] - ddl.RECENT_TTL_DAYS * 86_400_000) if row["copied"] > 0 else None
+
+
+def copies_from(store: Store) -> int | None:
+    """The first instant (epoch ms) from which the rollups' time-first copies (catalog.ROLLUP_RECENT) hold
+    every rollup row: the copies' views exist and `migrate` has copied the rollups' last days (version 4
+    recorded), and their rows from ddl.RECENT_TTL_DAYS before the store's clock on have not expired. From
+    then on each insert fills a rollup and its copy alike (ddl.rollup_views). A batch a migration copied
+    twice (inserted while it copied) shows in the copy as a window with more rows than seconds, which step
+    3e reads there and answers with that node's raw rows, as it does for a batch stored twice. None where
+    the copies hold nothing yet (a store not migrated to version 4). One small read, whatever the store
+    holds: a check comparing the tables' rows read the rollups' day, 0.35-0.4 s at 10k GPUs x 4 h."""
+    return _copies_from(store.query_arrow(f"SELECT {_COPIED}").to_pylist()[0])
+
+
+def _holds(since: int | None, from_ms: int) -> bool:
+    """Whether copies holding every rollup row from `since` (`copies_from`) hold those from `from_ms` on."""
+    return since is not None and from_ms >= since
 
 
 def data_end(store: Store, cluster: str) -> int:
@@ -427,7 +475,7 @@ def data_end(store: Store, cluster: str) -> int:
         f"(SELECT max(last_ms) FROM {recent} {mine} AND window_start = ({newest})) AS copy, {_COPIED}",
         params,
     ).to_pylist()[0]
-    if row["copy"] and _copies_hold(row, row["copy"]):
+    if row["copy"] and _holds(_copies_from(row), row["copy"]):
         return max(int(row["events"] or 0), int(row["copy"]))
     latest = f"SELECT max(last_ms) FROM {rollup} WHERE cluster = {{cluster:String}}"
     recent_day = f" AND window_start >= (SELECT max(window_start) FROM {rollup}) - INTERVAL 1 DAY"
@@ -437,18 +485,11 @@ def data_end(store: Store, cluster: str) -> int:
     return max(int(row["events"] or 0), int(sample or 0))
 
 
-def recent_covers(store: Store, from_ms: int) -> bool:
-    """Whether the rollups' time-first copies (catalog.ROLLUP_RECENT) hold every rollup row from `from_ms`
-    on, so a live run may read its minutes there: the copies' views exist and `migrate` has copied the
-    rollups' last days (version 4 recorded), and `from_ms` is within the copies' ddl.RECENT_TTL_DAYS of
-    the store's clock, so none of its rows has expired. From then on each insert fills a rollup and its
-    copy alike (ddl.rollup_views). A batch a migration copied twice (inserted while it copied) shows in
-    the copy as a window with more rows than seconds, which step 3e reads there and answers with that
-    node's raw rows, as it does for a batch stored twice. Two small reads, whatever the store holds: a
-    check comparing the tables' rows read the rollups' day, 0.35-0.4 s at 10k GPUs x 4 h.
-    Otherwise (older minutes, a store not yet migrated) the live run reads the rollups: slower
-    (docs/performance.md "Live runs"), the same result."""
-    covers = _copies_hold(store.query_arrow(f"SELECT {_COPIED}").to_pylist()[0], from_ms)
+def recent_covers(since: int | None, from_ms: int) -> bool:
+    """Whether a live run may read its minutes, from `from_ms` on, in the rollups' time-first copies, which
+    hold every rollup row from `since` (`copies_from`). Otherwise (older minutes, a store not yet migrated)
+    it reads the rollups: slower (docs/performance.md "Live runs"), the same result."""
+    covers = _holds(since, from_ms)
     if not covers:
         log.info("live run reads the rollups: their time-first copies do not cover %d ms on", from_ms)
     return covers
@@ -705,11 +746,13 @@ def _run(
     params["rollups"] = "1" if rollups and int(params["W"]) % ddl.R_MS == 0 else "0"
     params["rollup_span"] = temp_names(ROLLUP_SPAN.format(W=params["W"]), run_id)
     params["run_gpu"] = temp_names(RUN_GPU, run_id)
-    recent = live and params["rollups"] == "1" and recent_covers(store, int(params["live_from"]))
+    since = copies_from(store)
+    recent = live and params["rollups"] == "1" and recent_covers(since, int(params["live_from"]))
     params["recent"] = "1" if recent else "0"
-    for kind in catalog.ROLLUP_TABLES:  # {<kind>_rollup_read}: where the run reads the span's rollup rows
+    for kind in ("gpu", "storage"):  # {<kind>_rollup_read}: where the run reads the span's rollup rows
         params[f"{kind}_rollup_read"] = (catalog.ROLLUP_RECENT if recent else catalog.ROLLUP_TABLES)[kind]
-        params.update(rollup_params(kind, params, run_id))
+    for kind in catalog.ROLLUP_TABLES:
+        params.update(rollup_params(kind, params, run_id, since))
     files = () if live else SQL_FILES
     later = named_after_each_file(params, run_id, files)
     count_parts = functools.cache(lambda: parts or part_count(store, run_id))

@@ -48,6 +48,11 @@ def stalled_job(sc: Scenario) -> None:
         )
 
 
+def covered(sc: Scenario, from_ms: int) -> bool:
+    """Whether a live run from `from_ms` reads the rollups' time-first copies."""
+    return analyzers.recent_covers(analyzers.copies_from(sc.store), from_ms)
+
+
 def new_job(sc: Scenario, start: int) -> None:
     """Job k on N2 from `start` to 1200 s: 90 % SM, every third second of its last 100 s at 20 %."""
     j = dict(job_id="k", account="research")
@@ -122,21 +127,21 @@ def test_the_time_first_copies_are_read_where_they_cover_the_minutes(sc, monkeyp
     sc.load()
     sc.analyze(0, END + 100)
     whole = rows(sc, catalog.GOODPUT_WINDOWS, STALL_FROM)
-    assert analyzers.recent_covers(sc.store, ms(STALL_FROM))
+    assert covered(sc, ms(STALL_FROM))
     live(sc, STALL_FROM)
     assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
     for copy in catalog.ROLLUP_RECENT.values():
         sc.store.execute(f"TRUNCATE TABLE {copy}")
     monkeypatch.setattr(ddl, "RECENT_TTL_DAYS", 0.1)  # 2.4 h: the minutes (5.75-6.75 h old) are older
-    assert not analyzers.recent_covers(sc.store, ms(STALL_FROM))
-    assert analyzers.recent_covers(sc.store, int(time.time() * 1000) - 3_600_000)  # an hour ago is not
+    assert not covered(sc, ms(STALL_FROM))
+    assert covered(sc, int(time.time() * 1000) - 3_600_000)  # an hour ago is not
     live(sc, STALL_FROM)
     assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
     monkeypatch.undo()
     sc.store.execute(f"DELETE FROM {catalog.SCHEMA_MIGRATIONS} WHERE version = 4")
-    assert not analyzers.recent_covers(sc.store, ms(STALL_FROM))
+    assert not covered(sc, ms(STALL_FROM))
     ddl.migrate(sc.store)  # copies the rollups' last days again and records version 4
-    assert analyzers.recent_covers(sc.store, ms(STALL_FROM))
+    assert covered(sc, ms(STALL_FROM))
     live(sc, STALL_FROM)
     assert rows(sc, catalog.GOODPUT_LIVE, 0) == whole
 

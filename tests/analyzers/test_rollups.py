@@ -312,7 +312,36 @@ def test_a_live_run_reading_the_time_first_copies_finds_a_second_stored_twice(sc
     else:
         recent, rollup = catalog.ROLLUP_RECENT["gpu"], catalog.ROLLUP_TABLES["gpu"]
         sc.store.execute(f"INSERT INTO {recent} SELECT * FROM {rollup} WHERE {after} LIMIT 1")
-    assert analyzers.recent_covers(sc.store, ms(600))
+    assert analyzers.recent_covers(analyzers.copies_from(sc.store), ms(600))
     watch = RawNodes(sc.store)
     analyzers.run_live(watch, sc.cfg, ms(600), rollups=sc.rollups, parts=sc.parts)
     assert watch.nodes == RawNodes.only("gpu", [N2] if sc.rollups else [])
+
+
+def test_the_nic_rollup_is_read_from_its_copy_only_where_the_copy_holds_every_row(sc, monkeypatch):
+    """Every run reads the NIC rollup's windows from its time-first copy from the instant the copy holds
+    every row on (`copies_from`), and the earlier ones from the rollup (run.py nic_rollup_rows). A job
+    losing a third of its seconds under fabric congestion from 0 to 400 s; the copy's rows before 200 s
+    deleted, as its TTL drops them, and that instant made the copies' first: the fabric stall is found on
+    both sides of it, as before. Read from the copy alone, the first half would have no evidence (idle)."""
+    j = dict(job_id="j", account="research")
+    sc.job(dict(t=0, event="allocated", node=N3, gpu_indices=[0, 1], **j))
+    sc.job(dict(t=0, event="gang_complete", **j), dict(t=0, event="running", **j))
+    sc.job(
+        dict(t=400, event="completed", **j), dict(t=400, event="released", node=N3, gpu_indices=[0, 1], **j)
+    )
+    sc.gpu(N3, [0, 1], 0, 400, lambda s, g: 90.0 if s % 2 else 30.0)
+    sc.rows("nic", N3, 0, 400, device="mlx5_0", port=1, link_layer="InfiniBand", xmit_wait_per_s=5e6)
+    sc.load()
+    sc.analyze(0, 500)
+    assert sc.cats("j")["comm_stall"] == pytest.approx(800 / 3, rel=0.02)
+    before = sc.dump()
+    cut_s = (ms(200) + 999) // 1000
+    sc.store.execute(
+        f"DELETE FROM {catalog.ROLLUP_RECENT['nic']} WHERE window_start < toDateTime({cut_s}, 'UTC')"
+    )
+    now_s = sc.store.query_arrow("SELECT toUnixTimestamp(now()) AS t").column("t")[0].as_py()
+    monkeypatch.setattr(ddl, "RECENT_TTL_DAYS", (now_s - cut_s) / 86_400)
+    assert cut_s * 1000 <= analyzers.copies_from(sc.store) < ms(400)
+    sc.analyze(0, 500)
+    assert sc.dump() == before

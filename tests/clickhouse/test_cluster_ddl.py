@@ -177,9 +177,7 @@ class RecordingCluster(RecordingServer):
                     "now_ms": pa.array([3_600_000], pa.int64()),
                 }
             )
-        if sql.startswith(
-            "SELECT (SELECT count() FROM schema_migrations WHERE version = 4)"
-        ):  # recent_covers
+        if sql.startswith("SELECT (SELECT count() FROM schema_migrations WHERE version = 4)"):  # copies_from
             return pa.table(
                 {"copied": pa.array([1], pa.uint64()), "now_ms": pa.array([3_600_000], pa.int64())}
             )
