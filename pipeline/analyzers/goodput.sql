@@ -494,7 +494,7 @@ rolled AS (  -- keyed as `runs` below: (node number, GPU, stretch) in one intege
 runs AS (  -- each running piece once per stretch of 30 windows it touches: the join below meets a window
           -- with the few pieces of its stretch, not every piece of its GPU in the run. Its key packs the
           -- node number (< 2^24), the GPU index (0-63, docs/messages.md) and the stretch (< 2^32 at a 1 s
-          -- window): one UInt64 hashes faster than the three (2.56-2.91 -> 2.25-2.65 s on the bench day).
+          -- window): one UInt64 hashes faster than the three (2.57-2.91 -> 2.25-2.65 s on the bench day).
     SELECT slot, jn, nn, gpu, o0, o1,
            arrayJoin(range(intDiv(intDiv(o0, {W}), 30), intDiv(intDiv(o1 - 1, {W}), 30) + 1)) AS stretch,
            bitOr(bitShiftLeft(toUInt64(nn), 40),
