@@ -832,6 +832,21 @@ SELECT slot, jn, nn, wi, toUInt8(1) AS sampled, l FROM (
     FROM ({run_gpu}) AS r INNER JOIN (SELECT jn, bh, sh FROM tmp_healthy) AS h ON r.jn = h.jn
 )
 ;;
+-- The slots with a running window that has no samples (11b): more windows in their running pieces than
+-- rows in tmp_loss, which has one per sampled window. A slot's pieces never overlap (3, 5a), so two of them
+-- share at most one window, the one's last and the next's first: the windows are the pieces' windows less
+-- one for each such pair. 11b reads every window of these slots from tmp_loss, and of the others only the
+-- windows that lost time (0.8 M of the bench day's 8.4 M); 1,088 of its 9,600 slots have a silent window.
+CREATE OR REPLACE TABLE tmp_unsampled ENGINE = {temp_engine} AS
+SELECT p.slot AS slot
+FROM (SELECT slot, arraySort(groupArray((intDiv(assumeNotNull(o0), {W}), intDiv(assumeNotNull(o1) - 1, {W}))))
+                 AS r,  -- each running piece's first and last window, in time order
+             arraySum(x -> x.2 - x.1 + 1, r) - arrayCount(i -> i > 1 AND r[i].1 = r[i - 1].2, arrayEnumerate(r))
+                 AS windows
+      FROM tmp_pieces WHERE phase = 'run' GROUP BY slot) AS p
+LEFT JOIN (SELECT slot, count() AS sampled FROM tmp_loss GROUP BY slot) AS s ON p.slot = s.slot
+WHERE toInt64(s.sampled) < p.windows
+;;
 -- 11a. Each (job, node)'s evidence level while healthy: the (lower) median strength of each kind over the
 --    windows in which none of the job's GPUs on the node lost anything, given at least
 --    {evidence_baseline_windows} of them. A stall whose evidence is under the threshold but at least
@@ -870,6 +885,12 @@ INSERT INTO tmp_evidence_base SELECT jn, nn, base_d, base_c, toUInt8(1) FROM tmp
 --    half each ('even'); neither, and l is idle. Step events are telemetry too: a GPU with no samples in a
 --    window the job's steps cover (a trace of step times alone, an agent without NVML) is classified by
 --    the steps, l = their wait; only with neither is it "no data" (12).
+--    l is decided first, and the counters' evidence (9, 11a) joined only to the windows that lost time:
+--    how a window with l = 0 would split is read by no one (12 and stragglers.sql multiply by l). Of
+--    tmp_loss, only those windows are joined too, and every window of the slots tmp_unsampled names: a
+--    window of another slot that tmp_loss lacks lost nothing, as all of that slot's windows have samples.
+--    A join of the day's 8.4 M loss rows and one of its evidence per running window were 1.0-1.5 s of this
+--    statement's 2.2-3.2 s on the bench day, and the loss rows' hash table the run's peak memory.
 CREATE OR REPLACE TABLE tmp_run_split ENGINE = {temp_engine} AS  -- only what 12 and stragglers.sql read
 WITH (SELECT (groupArray(k.nn), groupArray(k.node), groupArray(d.pool))  -- in the reasons (9)
       FROM tmp_node_numbers AS k LEFT JOIN dim_nodes AS d ON k.node = d.node) AS names
@@ -903,46 +924,64 @@ FROM (  -- in layers, each reading the columns of the one below: as aliases of o
            multiIf(by_steps, f_comm / f_step, c_ev, 1.0 - p_data, 0.0) AS p_comm,
            if(by_steps OR d_ev OR c_ev, 0.0, 1.0) AS p_idle
     FROM (
-        SELECT *, f_data + f_comm AS f_step, f_step >= {step_wait_min} AS by_steps,
-               if(no_data, 1.0, multiIf(by_steps, greatest(gl, least(1.0, f_step)),
-                                        blamed, greatest(gl, f_wait), gl)) AS l,
-               greatest(e_s_c, if(st_why != '' OR blamed, 1000000, 0)) AS s_c,
+        SELECT *, greatest(e_s_c, if(st_why != '' OR blamed, 1000000, 0)) AS s_c,
                s_d >= 1000000 OR (s_d >= {evidence_floor_ppm} AND known = 1
                                   AND toInt128(s_d) * 1000000 >= toInt128({evidence_rise_ppm}) * base_d) AS d_ev,
                s_c >= 1000000 OR (s_c >= {evidence_floor_ppm} AND known = 1
                                   AND toInt128(s_c) * 1000000 >= toInt128({evidence_rise_ppm}) * base_c) AS c_ev
-        FROM (
-            SELECT w.jn AS jn, w.nn AS nn, w.wi AS wi, w.secs AS secs, g.l AS gl,
-                   g.sampled = 0 AND sp.ranks = 0 AS no_data, sp.ranks AS ranks,
-                   sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
-                   in_episode AND w.nn = sg.nn AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
-                   in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
-                   sg.episode AS episode, sg.f_wait AS f_wait, sg.node AS sg_node, sg.gpu AS sg_gpu,
-                   sg.rank AS sg_rank, sg.ratio AS sg_ratio,
-                   ifNull(sp.f_data, 0) AS f_data,
-                   multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0)) AS f_comm,
-                   ifNull(e.s_d, 0) AS s_d, ifNull(e.s_c, 0) AS e_s_c, e.e_hit AS e_hit, e.by_pool AS by_pool,
-                   e.pool_pct AS pool_pct, e.psi_pct AS psi_pct, e.by_congestion AS by_congestion,
-                   st.why AS st_why, b.known AS known, b.base_d AS base_d, b.base_c AS base_c
-            FROM (SELECT k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn, p.wi AS wi, p.secs AS secs
-                  FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot
-                  WHERE p.phase = 'run' AND p.nn % {parts} = {part}) AS w
-            LEFT JOIN (SELECT slot, wi, sampled, l FROM tmp_loss WHERE nn % {parts} = {part}) AS g
-                ON w.slot = g.slot AND w.wi = g.wi
+        FROM (  -- the windows with their l, then the counters' evidence of those that lost time
+            SELECT r.jn AS jn, r.nn AS nn, r.wi AS wi, r.secs AS secs, r.no_data AS no_data, r.l AS l,
+                   r.ranks AS ranks, r.by_steps AS by_steps, r.f_data AS f_data, r.f_comm AS f_comm,
+                   r.f_step AS f_step, r.blamed AS blamed, r.episode AS episode, r.step_episode AS step_episode,
+                   r.sg_node AS sg_node, r.sg_gpu AS sg_gpu, r.sg_rank AS sg_rank, r.sg_ratio AS sg_ratio,
+                   r.st_why AS st_why, ifNull(e.s_d, 0) AS s_d, ifNull(e.s_c, 0) AS e_s_c, e.e_hit AS e_hit,
+                   e.by_pool AS by_pool, e.pool_pct AS pool_pct, e.psi_pct AS psi_pct,
+                   e.by_congestion AS by_congestion, b.known AS known, b.base_d AS base_d, b.base_c AS base_c
+            FROM (
+                SELECT *, f_data + f_comm AS f_step, f_step >= {step_wait_min} AS by_steps,
+                       if(no_data, 1.0, multiIf(by_steps, greatest(gl, least(1.0, f_step)),
+                                                blamed, greatest(gl, f_wait), gl)) AS l
+                FROM (
+                    SELECT w.jn AS jn, w.nn AS nn, w.wi AS wi, w.secs AS secs, g.l AS gl,
+                           g.sampled = 0 AND w.slot IN (SELECT slot FROM tmp_unsampled) AND sp.ranks = 0
+                               AS no_data,
+                           sp.ranks AS ranks,
+                           sg.hit = 1 AS in_episode, sg.src = 'steps' AS step_episode,
+                           in_episode AND w.nn = sg.nn AND (w.gpu = sg.gpu OR (NOT step_episode AND sg.gpu = -1)) AS own,
+                           in_episode AND NOT own AND (step_episode OR g.l < 1) AS blamed,
+                           sg.episode AS episode, sg.f_wait AS f_wait, sg.node AS sg_node, sg.gpu AS sg_gpu,
+                           sg.rank AS sg_rank, sg.ratio AS sg_ratio,
+                           ifNull(sp.f_data, 0) AS f_data,
+                           multiIf(step_episode AND own, 0.0, step_episode, sg.f_wait, ifNull(sp.f_comm, 0))
+                               AS f_comm,
+                           st.why AS st_why
+                    FROM (SELECT k.gpu AS gpu, p.slot AS slot, p.jn AS jn, p.nn AS nn, p.wi AS wi, p.secs AS secs
+                          FROM tmp_piece_windows AS p INNER JOIN tmp_slots AS k ON p.slot = k.slot
+                          WHERE p.phase = 'run' AND p.nn % {parts} = {part}) AS w
+                    LEFT JOIN (SELECT slot, wi, sampled, l FROM tmp_loss
+                               WHERE nn % {parts} = {part} AND (l > 0 OR slot IN (SELECT slot FROM tmp_unsampled)))
+                              AS g
+                        ON w.slot = g.slot AND w.wi = g.wi
+                    LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
+                    LEFT JOIN (SELECT k.jn AS jn, s.* FROM tmp_step_split AS s
+                               INNER JOIN tmp_job_numbers AS k ON s.job_id = k.job_id) AS sp
+                        ON w.jn = sp.jn AND w.wi = sp.wi
+                    LEFT JOIN (SELECT j.jn AS jn, n.nn AS nn, sw.wi AS wi, sw.src AS src, sw.rank AS rank,
+                                      sw.node AS node, sw.gpu AS gpu, e.episode AS episode, e.ratio AS ratio,
+                                      sw.f_wait AS f_wait, toUInt8(1) AS hit
+                               FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
+                                   ON sw.job_id = e.job_id AND sw.src = e.src AND sw.rank = e.rank AND sw.node = e.node
+                                      AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi
+                               INNER JOIN tmp_job_numbers AS j ON sw.job_id = j.job_id
+                               LEFT JOIN tmp_node_numbers AS n ON sw.node = n.node) AS sg
+                        ON w.jn = sg.jn AND w.wi = sg.wi
+                )
+            ) AS r
             LEFT JOIN (SELECT nn, wi, s_d, s_c, by_pool, pool_pct, psi_pct, by_congestion, toUInt8(1) AS e_hit
-                       FROM tmp_node_evidence WHERE nn % {parts} = {part}) AS e ON w.nn = e.nn AND w.wi = e.wi
-            LEFT JOIN (SELECT * FROM tmp_evidence_base WHERE nn % {parts} = {part}) AS b ON w.jn = b.jn AND w.nn = b.nn
-            LEFT JOIN tmp_stragglers AS st ON w.jn = st.jn AND w.wi = st.wi
-            LEFT JOIN (SELECT k.jn AS jn, s.* FROM tmp_step_split AS s
-                       INNER JOIN tmp_job_numbers AS k ON s.job_id = k.job_id) AS sp ON w.jn = sp.jn AND w.wi = sp.wi
-            LEFT JOIN (SELECT j.jn AS jn, n.nn AS nn, sw.wi AS wi, sw.src AS src, sw.rank AS rank, sw.node AS node,
-                              sw.gpu AS gpu, e.episode AS episode, e.ratio AS ratio, sw.f_wait AS f_wait, toUInt8(1) AS hit
-                       FROM tmp_straggler_windows AS sw INNER JOIN tmp_straggler_episodes AS e
-                           ON sw.job_id = e.job_id AND sw.src = e.src AND sw.rank = e.rank AND sw.node = e.node
-                              AND sw.gpu = e.gpu AND sw.wi BETWEEN e.wi_lo AND e.wi_hi
-                       INNER JOIN tmp_job_numbers AS j ON sw.job_id = j.job_id
-                       LEFT JOIN tmp_node_numbers AS n ON sw.node = n.node) AS sg
-                ON w.jn = sg.jn AND w.wi = sg.wi
+                       FROM tmp_node_evidence WHERE nn % {parts} = {part}) AS e
+                ON r.nn = e.nn AND r.wi = e.wi AND r.l > 0
+            LEFT JOIN (SELECT * FROM tmp_evidence_base WHERE nn % {parts} = {part}) AS b
+                ON r.jn = b.jn AND r.nn = b.nn AND r.l > 0
         )
     )
 )

@@ -66,6 +66,7 @@ TEMP_TABLES = (
     "tmp_straggler_windows",
     "tmp_straggler_episodes",
     "tmp_loss",
+    "tmp_unsampled",
     "tmp_carried_bases",
     "tmp_evidence_base",
     "tmp_run_split",
