@@ -142,7 +142,8 @@ def raw_table_ddl(kind: Kind) -> str:
 R_MS = catalog.ROLLUP_WINDOW_S * 1000
 _T = "(toUnixTimestamp64Milli(ts) - 1)"
 """A sample with ts T describes the second (T - 1 s, T]: filed at T - 1 ms, as the analyzers do."""
-_ROLLUP_KEY = {"gpu": "gpu", "nic": "device, port", "storage": "source, device"}
+ROLLUP_KEY = {"gpu": "gpu", "nic": "device, port", "storage": "source, device"}
+"""Per kind: what a rollup row sums over within a node and window (the GPU rollup also per job tag)."""
 CNP = "greatest(ifNull(cnp_handled_per_s, 0), ifNull(cnp_sent_per_s, 0))"
 LINE = "tx_bytes_per_s / greatest(1.0, rate_gbps * 1e9 / 8)"
 """A port's congestion notifications (sent or handled, whichever is larger) and its transmit rate as a
@@ -222,7 +223,7 @@ def rollup_table_ddl(kind: str, recent: bool = False) -> str:
     cols = [
         "cluster LowCardinality(String)",
         "node LowCardinality(String)",
-        *(f"{c} {column_type(KINDS[kind].field(c))}" for c in _ROLLUP_KEY[kind].split(", ")),
+        *(f"{c} {column_type(KINDS[kind].field(c))}" for c in ROLLUP_KEY[kind].split(", ")),
         "window_start DateTime('UTC') CODEC(DoubleDelta, ZSTD(1))",
         *(f"{c} {t}" for c, t, _ in ROLLUP_COLUMNS[kind] if c == "job_id"),
         "rows SimpleAggregateFunction(sum, UInt64)",
@@ -230,10 +231,10 @@ def rollup_table_ddl(kind: str, recent: bool = False) -> str:
         *(f"{c} {t}" for c, t, _ in ROLLUP_COLUMNS[kind] if c != "job_id"),
     ]
     # in the order rollup_select gives them, as `backfill_rollup` inserts by position
-    key = f"cluster, node, {_ROLLUP_KEY[kind]}, window_start" + (", job_id" if kind == "gpu" else "")
+    key = f"cluster, node, {ROLLUP_KEY[kind]}, window_start" + (", job_id" if kind == "gpu" else "")
     name, ttl, drop = catalog.ROLLUP_TABLES[kind], RAW_TTL_DAYS, ""
     if recent:
-        key = f"cluster, window_start, node, {_ROLLUP_KEY[kind]}" + (", job_id" if kind == "gpu" else "")
+        key = f"cluster, window_start, node, {ROLLUP_KEY[kind]}" + (", job_id" if kind == "gpu" else "")
         name, ttl, drop = catalog.ROLLUP_RECENT[kind], RECENT_TTL_DAYS, ", ttl_only_drop_parts = 1"
     body = ",\n    ".join(cols)
     return (
@@ -248,7 +249,7 @@ def rollup_select(kind: str, source: str, window_ms: int = R_MS) -> str:
     """The rollup rows of the raw rows of `source`, per window of `window_ms`: what the materialized view
     inserts per block, what `migrate` backfills from raw rows stored before the view existed, and what
     the analyzers compute from the raw rows of the nodes they cannot read from the rollup."""
-    group = ["cluster", "node", _ROLLUP_KEY[kind], "window_start"] + (["job_id"] if kind == "gpu" else [])
+    group = ["cluster", "node", ROLLUP_KEY[kind], "window_start"] + (["job_id"] if kind == "gpu" else [])
     exprs = [f"{e.format(t=_T, w=window_ms)} AS {c}" for c, _, e in ROLLUP_COLUMNS[kind] if c != "job_id"]
     job = ["ifNull(job_id, '') AS job_id"] if kind == "gpu" else []
     window = f"toDateTime(intDiv({_T}, {window_ms}) * {window_ms // 1000}, 'UTC') AS window_start"
@@ -258,7 +259,7 @@ def rollup_select(kind: str, source: str, window_ms: int = R_MS) -> str:
         "WITH toInt64(round(coalesce(sm_active_pct, util_gpu_pct) * 1000)) AS bm\n" if kind == "gpu" else ""
     )
     return (
-        f"{with_bm}SELECT cluster, node, {_ROLLUP_KEY[kind]}, {window}, {select}\n"
+        f"{with_bm}SELECT cluster, node, {ROLLUP_KEY[kind]}, {window}, {select}\n"
         f"FROM {source}\nGROUP BY {', '.join(group)}"
     )
 

@@ -305,46 +305,27 @@ SETTINGS join_use_nulls = 1
 --     its own duplicates, and a kind without one reads the same sums from its rollup as from its raw rows:
 --     the three lists are apart so that the GPU reads (7) need not wait for the NIC rollup's read (0.2-0.3
 --     s of a live run at 10,240 GPUs; docs/performance.md: what that buys depends on idle cores). The NIC
---     and storage rollups are read FINAL (their parts merged per key as they are read, in sort order: half
---     the CPU of grouping their 9 M keys a day), as their key is the check's; the GPU rollup's key also
---     holds the job a sample was tagged with, and a second stored under two tags is a duplicate all the
---     same, so its rows are gathered per GPU in window order and checked window by window: 1,024 groups
---     of arrays instead of a hash of 9 M windows (3.7 -> 3.0 s for the statement, 2.1 -> 1.1 GB peak, on
---     the bench day). They are read without FINAL, as the check sums a window's rows and ORs their
---     seconds whichever part holds them (what FINAL would do first), and sorted by window alone, as the
---     order of a window's rows does not matter: 1.25 -> 0.60 s on the bench day. With {rollups} = 0 (a
---     window that is no multiple of the rollups' 10 s, or a run told to) every node is read from its raw
---     rows.
+--     rollup is read FINAL (its parts merged per key as they are read, in sort order: half the CPU of
+--     grouping its 9 M keys a day), as it is read for step 9 too (tmp_nic_windows). The GPU and storage
+--     rollups are read without FINAL ({gpu_duplicates}, {storage_duplicates}: run.py DUPLICATES): their
+--     rows summed per (node, key) and block of 25 windows, the windows' seconds side by side in one
+--     integer; the GPU's across job tags, as a second stored under two tags is a duplicate all the same.
+--     On the bench day 0.37 s for the GPU check (each GPU's rows gathered in window order and checked
+--     window by window: 0.74-0.94 s) and 0.18-0.22 s for the storage check (FINAL: 0.38-0.54 s); in a
+--     live run at 10,240 GPUs the GPU check 0.06 s (a hash of its windows: 0.20-0.28 s). With {rollups}
+--     = 0 (a window that is no multiple of the rollups' 10 s, or a run told to) every node is read from
+--     its raw rows.
 --     A live run reads the rollups' time-first copies here, in 7 and 9 where they hold the rollups' rows
---     ({<kind>_rollup_read}, run.py recent_covers; {recent} = 1): its minutes, not the day's columns. Its
---     GPU check groups the minutes' windows in a hash instead (no FINAL: the sums of a window's rows
---     across parts and job tags are FINAL's), 0.25-0.36 s against 0.35-0.77 s at 10,240 GPUs.
+--     ({<kind>_rollup_read}, run.py recent_covers): its minutes, not the day's columns.
 --     The NIC rollup is read once, for this check and for step 9: its fabric signals per (node, window),
 --     with whether a port's window was stored twice (tmp_nic_windows, run.py NIC_WINDOWS); in every run
 --     from the time-first copy for the windows it holds, whose parts FINAL need not merge with each other
 --     (run.py nic_rollup_rows).
 CREATE OR REPLACE TABLE tmp_raw_gpu_nodes ENGINE = {temp_engine} AS
-SELECT node FROM tmp_clock
-UNION DISTINCT
-SELECT DISTINCT node FROM (  -- per GPU its rows in window order, split into windows
-    SELECT node, arraySort(x -> x.1, groupArray((window_start, rows, seconds))) AS w,
-           arraySplit((x, i) -> i > 1 AND x.1 != w[i - 1].1, w, arrayEnumerate(w)) AS windows
-    FROM {gpu_rollup_read}
-    WHERE NOT {recent} AND {rollups} AND cluster = '{cluster}' AND {rollup_span}
-    GROUP BY node, gpu
-)
-WHERE arrayExists(c -> arraySum(x -> x.2, c) > bitCount(arrayFold((acc, x) -> bitOr(acc, x.3), c, toUInt64(0))),
-                  windows)
-UNION DISTINCT
-SELECT DISTINCT node FROM {gpu_rollup_read}  -- a live run's minutes in the copy: a hash of them is cheaper
-WHERE {recent} AND {rollups} AND cluster = '{cluster}' AND {rollup_span}
-GROUP BY node, gpu, window_start HAVING sum(rows) > bitCount(groupBitOr(seconds))
+SELECT node FROM tmp_clock UNION DISTINCT {gpu_duplicates}
 ;;
 CREATE OR REPLACE TABLE tmp_raw_storage_nodes ENGINE = {temp_engine} AS
-SELECT node FROM tmp_clock
-UNION DISTINCT
-SELECT DISTINCT node FROM {storage_rollup_read} FINAL
-WHERE {rollups} AND cluster = '{cluster}' AND {rollup_span} AND rows > bitCount(seconds)
+SELECT node FROM tmp_clock UNION DISTINCT {storage_duplicates}
 ;;
 CREATE OR REPLACE TABLE tmp_nic_windows ENGINE = {temp_engine} AS {nic_rollup_windows}
 ;;

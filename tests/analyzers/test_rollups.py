@@ -276,8 +276,9 @@ class RawNodes:
 )
 def test_one_second_stored_twice_in_any_rollup_sends_its_node_to_the_raw_rows(sc, kind, node, retag):
     """3e's duplicate check finds a single row stored twice in another part (as racing loaders store it),
-    in each rollup: the NIC and storage rollups read FINAL, the GPU rollup grouped across the job a sample
-    was tagged with, since a second stored under two tags is a duplicate all the same."""
+    in each rollup: the NIC rollup read FINAL, the GPU and storage rollups summed per block of windows
+    (run.py DUPLICATES), the GPU's across the job a sample was tagged with, since a second stored under two
+    tags is a duplicate all the same."""
     cluster_day(sc)
     sc.load()
     watch = RawNodes(sc.store)
@@ -291,6 +292,23 @@ def test_one_second_stored_twice_in_any_rollup_sends_its_node_to_the_raw_rows(sc
     analyzers.run(watch, sc.cfg, ms(0), ms(1000), rollups=sc.rollups)
     # only that kind's rows are read raw; the raw path reads every node raw anyway
     assert watch.nodes == RawNodes.only(kind, [node] if sc.rollups else [])
+
+
+@pytest.mark.parametrize("position", [0, 1, analyzers.CHECK_WINDOWS - 1])
+def test_the_gpu_check_finds_a_second_stored_twice_wherever_its_window_sits_in_a_block(sc, position):
+    """3e's GPU check ORs the seconds of CHECK_WINDOWS windows side by side in one integer: a second stored
+    twice (under another job tag) is found in the block's first, second and last window alike."""
+    cluster_day(sc)
+    sc.load()
+    raw = catalog.RAW_TABLES["gpu"]
+    window = f"intDiv(toUnixTimestamp64Milli(ts) - 1, {ddl.R_MS})"  # the rollup's window of the sample
+    sc.store.execute(
+        f"INSERT INTO {raw} SELECT * REPLACE ('another-job' AS job_id) FROM {raw} WHERE node = '{N2}' "
+        f"AND {window} % {analyzers.CHECK_WINDOWS} = {position} ORDER BY ts LIMIT 1 OFFSET 3"
+    )
+    watch = RawNodes(sc.store)
+    analyzers.run(watch, sc.cfg, ms(0), ms(1000), rollups=sc.rollups)
+    assert watch.nodes == RawNodes.only("gpu", [N2] if sc.rollups else [])
 
 
 @pytest.mark.parametrize(("retag", "where"), [("", "raw"), ("another-job", "raw"), ("", "copy")])
