@@ -166,7 +166,7 @@ def _at_healthy_level(a: AnalyzerConfig) -> str:
     )
 
 
-CHECK_WINDOWS = 256 // (ddl.R_MS // 1000)
+CHECK_WINDOWS = 256 // catalog.ROLLUP_WINDOW_S
 """The rollup windows whose seconds (ddl: one bit a second) step 3e's duplicate check ORs side by side in
 one UInt256: 25 of 10 s. Fewer and wider groups hash faster (the GPU check on the bench day: 6 windows in
 a UInt64 0.51-0.59 s, 12 in a UInt128 0.38-0.46 s, 25 0.37 s)."""
@@ -413,7 +413,7 @@ def rollup_params(kind: str, params: dict, run_id: str, since: int | None) -> di
     if kind in ("gpu", "storage"):
         out[f"{kind}_duplicates"] = temp_names(
             DUPLICATES.format(
-                R_S=ddl.R_MS // 1000,
+                R_S=catalog.ROLLUP_WINDOW_S,
                 n=CHECK_WINDOWS,
                 key=ddl.ROLLUP_KEY[kind],
                 table=params[f"{kind}_rollup_read"],
@@ -425,7 +425,7 @@ def rollup_params(kind: str, params: dict, run_id: str, since: int | None) -> di
         out["rollup_gpu"] = catalog.ROLLUP_TABLES[kind]
         out["gpu_windows"] = temp_names(
             GPU_WINDOWS.format(
-                rollup=params["gpu_rollup_read"], R_MS=ddl.R_MS, R_S=ddl.R_MS // 1000, **common
+                rollup=params["gpu_rollup_read"], R_MS=ddl.R_MS, R_S=catalog.ROLLUP_WINDOW_S, **common
             ),
             run_id,
         )
