@@ -1,7 +1,7 @@
 """How long the analyzers take over a cluster's day, against the bare query over the same rows (issue 19).
 
     .venv/bin/python bench/bench_analyze.py [--gpus 1024] [--hours 24] [--repeat 3] [--store DIR]
-                                             [--raw] [--last SECONDS] [--polars] [--compacted]
+                                             [--raw] [--last SECONDS] [--polars] [--compacted] [--floor]
                                              [--json out.json]
 
 The data is written straight into a chDB store by SQL (`INSERT ... SELECT FROM numbers_mt()`), not
@@ -25,7 +25,9 @@ before the rollups, and do for nodes with a clock offset or a duplicate); with -
 analysis of the data's last SECONDS, as the loader service runs it every few minutes; with --polars also
 the issue's polars baseline, over Parquet copies of the same raw rows (written once beside the store, not
 timed): the bare query, and the classification's core (bench/polars_classify.py: goodput.sql 4-12 from
-the raw per-second rows), whose GPU-hours per category are checked against the analysis's. Printed: min /
+the raw per-second rows), whose GPU-hours per category are checked against the analysis's; with --floor
+also the reads the analysis cannot do without (READ_FLOOR), so the analysis is weighed against what its
+reads cost as well as against the bare query. Printed: min /
 median / max seconds of each, the median CPU-seconds (user + system of the process: steadier than wall
 time on a shared machine), the ratios of medians, peak RSS, rows, and the time per statement of the last
 run.
@@ -336,11 +338,28 @@ def load_or_build(path: Path, gpus: int, hours: float, *, rebuild: bool = False)
     return json.loads((path / MARKER).read_text())
 
 
+READ_FLOOR = {
+    "gpu rollup, every sample": "SELECT sum(length(samples)) AS n_read, sum(bsum) AS bsum, "
+    "groupBitOr(thr) AS thr, sum(arraySum(x -> x.2, samples)) AS levels "
+    f"FROM {catalog.ROLLUP_TABLES['gpu']}",
+    "nic rollup, FINAL": "SELECT count() AS n_read, sum(rows > bitCount(seconds)) AS twice, "
+    "sum(xmit_wait_milli) AS xmit_wait, sum(ecn_milli) AS ecn, sum(cnp_milli) AS cnp, "
+    f"sum(line_micro) AS line FROM {catalog.ROLLUP_TABLES['nic']} FINAL",
+    "storage rollup": "SELECT sum(length(times)) AS n_read, sum(read_sum) AS read_sum, max(psi_max) AS psi "
+    f"FROM {catalog.ROLLUP_TABLES['storage']}",
+}
+"""The reads no analysis of the whole store can do without (--floor): every GPU sample of the rollup's
+arrays (step 7's exact quantiles and dead seconds read them), the NIC rollup merged per key (FINAL, as
+3e's duplicate check and step 9 read it) and the storage rollup, each summed and nothing else done: how
+far the analysis is from what its reads cost. `n_read` is what each read: the GPU and storage samples
+(every second of every GPU and of every storage source: the rollups keep them), every NIC port's window."""
+
 MEASURE = """
 import json, re, sys, time
 sys.path.insert(0, {root!r})
 meta = json.loads({meta!r})
 steps = []
+read = {{}}
 def peak_rss_mb():  # this process's own high-water mark: ru_maxrss would also count the parent's RSS
     # at the fork (Linux keeps it across exec), which after a build in the parent is the larger
     return int(next(x for x in open("/proc/self/status") if x.startswith("VmHWM:")).split()[1]) / 1024
@@ -384,6 +403,11 @@ if {what!r}.startswith("analyze"):
     else:
         start_ms = meta["end_ms"] - {last_ms} if {what!r} == "analyze_last" else meta["t0_ms"]
         analyzers.run(store, cfg, start_ms, meta["end_ms"], rollups={what!r} != "analyze_raw")
+elif {what!r} == "floor":
+    for name, sql in {floor!r}.items():
+        s = time.perf_counter()
+        read[name] = store.query_arrow(sql).to_pylist()[0]["n_read"]
+        steps.append((name, round(time.perf_counter() - s, 2)))
 else:
     store.query_arrow("SELECT count() AS n FROM (SELECT node, gpu, intDiv(toUnixTimestamp64Milli(ts), 10000) "
                       "AS w, avg(sm_active_pct) AS b FROM raw_gpu GROUP BY node, gpu, w)")
@@ -392,7 +416,8 @@ state = store.query_arrow({active_parts!r}).to_pylist()[0]
 store.close()
 rss_mb = peak_rss_mb()
 settled = state["merging"] == 0 and state["parts"] == parts_before
-print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": settled}}))
+print(json.dumps({{"s": took, "cpu_s": cpu, "rss_mb": rss_mb, "steps": steps, "settled": settled,
+                  "read": read}}))
 """
 
 
@@ -461,6 +486,7 @@ def measure(path: Path, meta: dict, what: str, last_s: int = 0) -> dict:
         parquet=str(parquet_dir(path)),
         bench=str(Path(__file__).resolve().parent),
         active_parts=ACTIVE_PARTS,
+        floor=READ_FLOOR,
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode:
@@ -492,6 +518,7 @@ def repeat(path: Path, meta: dict, what: str, times: int, last_s: int = 0) -> di
         "unsettled_runs": sum(not r["settled"] for r in runs),
         "steps": runs[-1]["steps"],
         **({"hours": runs[-1]["hours"]} if runs[-1].get("hours") else {}),  # the polars baseline's findings
+        **({"read": runs[-1]["read"]} if runs[-1].get("read") else {}),  # the floor's rows read
     }
 
 
@@ -545,6 +572,12 @@ def main() -> int:
         help="also time the analysis on a copy whose rollup days are compacted (closed days, as the "
         "loader service leaves them: pipeline/compaction.py)",
     )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time the reads the analysis cannot do without (READ_FLOOR: the rollups' columns it "
+        "reads, summed): the analysis against what its reads cost",
+    )
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     path = args.store or Path.home() / ".cache" / "goodput" / f"bench-analyze-{args.gpus}g-{args.hours:g}h"
@@ -559,6 +592,7 @@ def main() -> int:
     for what in (
         ("bare", "analyze")
         + (("bare_polars", "classify_polars") if args.polars else ())
+        + (("floor",) if args.floor else ())
         + (("analyze_raw",) if args.raw else ())
         + (("analyze_last", "analyze_live") if args.last else ())
     ):
@@ -582,6 +616,14 @@ def main() -> int:
             f"analyze / bare in polars: {result['analyze']['median_s'] / polars_s:.1f}x; "
             f"analyze (chDB, rollups) / the classification's core in polars (raw rows): "
             f"{result['analyze']['median_s'] / classify_s:.2f}x"
+        )
+    if args.floor:
+        floor = result["floor"]
+        print(
+            f"analyze / its reads' floor: {result['analyze']['median_s'] / floor['median_s']:.1f}x "
+            f"({floor['median_s']:.2f} s; last run: "
+            + ", ".join(f"{name} {s:.2f} s, {floor['read'][name]:,} rows" for name, s in floor["steps"])
+            + ")"
         )
     if args.raw:
         gain = result["analyze_raw"]["median_s"] / result["analyze"]["median_s"]

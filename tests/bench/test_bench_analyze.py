@@ -121,3 +121,25 @@ def test_the_settled_store_counts_the_rollups_time_first_copies(bench_day):
         .as_py()
     )
     assert bench.settle_merges(store, quiet_s=0.5, poll_s=0.1) == every
+
+
+def test_the_read_floor_reads_all_the_analysis_reads(bench_day):
+    """--floor weighs the analysis against its reads, which means something only if each READ_FLOOR query
+    reads all of what the analysis reads: every GPU and storage sample (one per raw row), and every NIC
+    port's 10 s window once, FINAL merging the windows a chunk boundary split between two inserts (a
+    sample at ts T is filed at T - 1 ms, so the second at an hour's start closes the window before it)."""
+    bench, meta, store = bench_day
+    nodes = len(bench._nodes(bench._config(GPUS)))
+    seconds = int(HOURS * 3600)
+    windows = seconds // 10 + 1  # the first sample (at t0) closes the window before t0
+    read = {name: store.query_arrow(sql).to_pylist()[0]["n_read"] for name, sql in bench.READ_FLOOR.items()}
+    assert read == {
+        "gpu rollup, every sample": nodes * 8 * seconds,
+        "nic rollup, FINAL": nodes * 8 * windows,
+        "storage rollup": nodes * 3 * seconds,
+    }
+    nic = bench.catalog.ROLLUP_TABLES["nic"]
+    split = store.query_arrow(  # windows in two rows: without FINAL the NIC read would count them twice
+        f"SELECT count() - uniqExact(node, device, port, window_start) AS n FROM {nic}"
+    )
+    assert meta["t0_ms"] % 10_000 == 0 and split.column("n")[0].as_py() > 0
