@@ -197,14 +197,23 @@ SETTINGS join_use_nulls = 1
 --    repeats (a window in two rollup rows), sorted: a set would cost a hash per window (0.9 -> 0.75 s on
 --    the bench day), and a window next to itself is no gap. An allocation is gathered by a number of its
 --    own (`aid`, its rank among the run's allocations) and named again after: a group of every active
---    window by (job, node) names cost 0.25 s of 1.0 on the bench day.
+--    window by (job, node) names cost 0.25 s of 1.0 on the bench day. The windows meet their allocations on
+--    one integer, the GPU's node number (goodput.sql 5) and index packed (the index is 0-63,
+--    docs/messages.md): the node's name and the index as two keys of the ASOF join took 0.63-0.66 s of the
+--    bench day against 0.49-0.51 s.
 CREATE OR REPLACE TABLE tmp_idle_cands ENGINE = {temp_engine} AS
 WITH
-held AS (SELECT dense_rank() OVER (ORDER BY job_id, node, gpu, a0, a1) AS aid, job_id, node, gpu, a0, a1
+(SELECT (groupArray(node), groupArray(nn)) FROM tmp_node_numbers) AS numbers,
+held AS (SELECT dense_rank() OVER (ORDER BY job_id, node, gpu, a0, a1) AS aid, job_id, node, gpu, a0, a1,
+                bitOr(bitShiftLeft(toUInt64(transform(node, numbers.1, numbers.2, toUInt32(0))), 6), toUInt64(gpu)) AS k
          FROM (SELECT DISTINCT job_id, node, gpu, a0, a1 FROM tmp_alloc WHERE a1 > a0)),
+rolled AS (  -- keyed as `held`; a node outside the run (number 0) has no allocation to meet
+    SELECT *, bitOr(bitShiftLeft(toUInt64(transform(node, numbers.1, numbers.2, toUInt32(0))), 6), toUInt64(gpu)) AS k
+    FROM ({gpu_windows}) WHERE k >= 64
+),
 sure AS (  -- per allocation, its windows active for sure; -1 stands for none, so every allocation is here
     SELECT p.aid AS aid, r.wi AS wi
-    FROM ({gpu_windows}) AS r ASOF INNER JOIN held AS p ON r.node = p.node AND r.gpu = p.gpu AND r.wi * {W} >= p.a0
+    FROM rolled AS r ASOF INNER JOIN held AS p ON r.k = p.k AND r.wi * {W} >= p.a0
     WHERE r.ws + {W} <= p.a1 AND r.bsum > {idle_busy_milli} * r.n
     UNION ALL
     SELECT aid, -1 FROM held
