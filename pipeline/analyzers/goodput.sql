@@ -309,10 +309,12 @@ SETTINGS join_use_nulls = 1
 --     grouping its 9 M keys a day), as it is read for step 9 too (tmp_nic_windows). The GPU and storage
 --     rollups are read without FINAL ({gpu_duplicates}, {storage_duplicates}: run.py DUPLICATES): their
 --     rows summed per (node, key) and block of 25 windows, the windows' seconds side by side in one
---     integer; the GPU's across job tags, as a second stored under two tags is a duplicate all the same.
---     On the bench day 0.37 s for the GPU check (each GPU's rows gathered in window order and checked
---     window by window: 0.74-0.94 s) and 0.18-0.22 s for the storage check (FINAL: 0.38-0.54 s); in a
---     live run at 10,240 GPUs the GPU check 0.06 s (a hash of its windows: 0.20-0.28 s). With {rollups}
+--     integer; the GPU's across job tags, as a second stored under two tags is a duplicate all the same,
+--     and for the run's nodes only, each block one integer (run.py DUPLICATE_BLOCKS).
+--     On the bench day 0.21-0.27 s for the GPU check (by the node's name and the GPU: 0.35-0.45 s; each
+--     GPU's rows gathered in window order and checked window by window: 0.74-0.94 s) and 0.16-0.18 s
+--     for the storage check (FINAL: 0.38-0.54 s); in a live run at 10,240 GPUs the GPU check 0.06 s (a
+--     hash of its windows: 0.20-0.28 s). With {rollups}
 --     = 0 (a window that is no multiple of the rollups' 10 s, or a run told to) every node is read from
 --     its raw rows.
 --     A live run reads the rollups' time-first copies here, in 7 and 9 where they hold the rollups' rows
