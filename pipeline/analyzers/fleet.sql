@@ -205,10 +205,12 @@ CREATE OR REPLACE TABLE tmp_idle_cands ENGINE = {temp_engine} AS
 WITH
 (SELECT (groupArray(node), groupArray(nn)) FROM tmp_node_numbers) AS numbers,
 held AS (SELECT dense_rank() OVER (ORDER BY job_id, node, gpu, a0, a1) AS aid, job_id, node, gpu, a0, a1,
-                bitOr(bitShiftLeft(toUInt64(transform(node, numbers.1, numbers.2, toUInt32(0))), 6), toUInt64(gpu)) AS k
+                bitOr(bitShiftLeft(toUInt64(transform(node, numbers.1, numbers.2, toUInt32(0))), 6),
+                      toUInt64(gpu)) AS k
          FROM (SELECT DISTINCT job_id, node, gpu, a0, a1 FROM tmp_alloc WHERE a1 > a0)),
 rolled AS (  -- keyed as `held`; a node outside the run (number 0) has no allocation to meet
-    SELECT *, bitOr(bitShiftLeft(toUInt64(transform(node, numbers.1, numbers.2, toUInt32(0))), 6), toUInt64(gpu)) AS k
+    SELECT *, bitOr(bitShiftLeft(toUInt64(transform(node, numbers.1, numbers.2, toUInt32(0))), 6),
+                    toUInt64(gpu)) AS k
     FROM ({gpu_windows}) WHERE k >= 64
 ),
 sure AS (  -- per allocation, its windows active for sure; -1 stands for none, so every allocation is here

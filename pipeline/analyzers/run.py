@@ -208,7 +208,7 @@ DUPLICATE_BLOCKS = {
 }
 """Per kind, the blocks DUPLICATES sums: the storage check's by the node's name and the source's key; the
 GPU check's by one integer, the node's number among the run's nodes, the GPU index (0-63,
-docs/messages.md) and the block packed (on the bench day 0.19-0.20 s against 0.28-0.32 s for the names
+docs/messages.md) and the block packed (on the bench day 0.21-0.27 s against 0.35-0.45 s for the names
 and the index as keys)."""
 
 
